@@ -1,0 +1,71 @@
+"""Command-line shell over the Python API: ``specbound <command> ...``.
+
+Each command lives in ``specbound.commands.<name>`` and exposes ``add_arguments(parser)`` and
+``run(args) -> int``.  Modules are imported only when their command runs, so ``specbound theorem``
+does not pay for torch.  Any :class:`~specbound.errors.SpecboundError` becomes one line on stderr
+and exit status 2; nothing half-written is left behind (commands write outputs atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from .errors import SpecboundError
+
+COMMANDS: dict[str, str] = {
+    "certify": "certified bound of a checkpoint (default: the embedded model)",
+    "verify": "re-check a certificate JSON independently",
+    "proxies": "the paper's BERT-adapted proxies (SPEC section 6), exactly",
+    "spectra": "singular values and norm summary per matrix",
+    "theorem": "the assembled theorem rendered from SymPy",
+    "experiment": "train/evaluate reference models: bound vs observed error, scaling study",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specbound", description=__doc__.splitlines()[0])
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"specbound {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, help_text in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        module = _command_module(name)
+        if module is not None:
+            module.add_arguments(p)
+            p.set_defaults(_run=module.run)
+        else:  # pragma: no cover - only while a command is not yet built
+            p.set_defaults(_run=None)
+    return parser
+
+
+def _command_module(name: str):
+    try:
+        return importlib.import_module(f"specbound.commands.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"specbound.commands.{name}":
+            return None
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args._run is None:
+        print(f"specbound: error: command '{args.command}' is not available yet", file=sys.stderr)
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except SpecboundError as exc:
+        print(f"specbound: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # pragma: no cover
+        print("specbound: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

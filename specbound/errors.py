@@ -1,0 +1,26 @@
+"""The one exception family users see.
+
+Every failure caused by bad input (missing file, unknown layout, wrong shapes, NaN/Inf, truncated
+file, a pickle that is not plain weights) raises a :class:`SpecboundError` whose message is a single
+line naming the file or tensor.  The CLI prints that line and exits non-zero.
+"""
+
+
+class SpecboundError(Exception):
+    """Base class: a user-facing error with a one-line message."""
+
+
+class CheckpointError(SpecboundError):
+    """A checkpoint file cannot be read as plain weights (missing, truncated, corrupt, unsafe)."""
+
+
+class LayoutError(SpecboundError):
+    """The tensors were read but do not form a known model layout (missing tensor, bad shape)."""
+
+
+class NonFiniteError(SpecboundError):
+    """A weight tensor contains NaN or Inf."""
+
+
+class CertificationError(SpecboundError):
+    """A rigorous step could not be completed (e.g. an enclosure could not be certified)."""

@@ -1,0 +1,123 @@
+"""Named weight matrices of the analysis model (THEORY.md section 1), in row-vector orientation.
+
+A token is a row ``x`` and a linear map is ``x -> x @ W``.  Per layer ``l`` and head ``h`` the covered
+matrices are
+
+=========  ==========  =========================================  =====================
+type       shape       meaning                                    structural rank cap
+=========  ==========  =========================================  =====================
+QK         N x N       ``A_lh = W_Q,h W_K,h^T`` (score matrix)    head dim ``d_h``
+V_tilde    N x N       ``V_lh = W_V,h W_O,h`` (value-output)      head dim ``d_h``
+M_in       N x d_ff    feed-forward input                         ``min(N, d_ff)``
+M_out      d_ff x N    feed-forward output                        ``min(N, d_ff)``
+=========  ==========  =========================================  =====================
+
+QK and V_tilde are kept **factored**: ``W = left @ right`` with ``left`` of shape (m, r) and
+``right`` of shape (r, n).  The matrix the theorem is about is the *exact real* product of the
+float64 factors, whose rank is at most ``r``; :meth:`NamedMatrix.dense` only returns its float64
+rounding, which is what fast (uncertified) code may use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+MATRIX_TYPES: tuple[str, ...] = ("QK", "V_tilde", "M_in", "M_out")
+"""The four covered matrix types, in the order the network cover telescopes within a layer."""
+
+ACTIVATIONS: tuple[str, ...] = ("gelu", "gelu_tanh", "relu")
+
+
+@dataclass(frozen=True, eq=False)
+class NamedMatrix:
+    """One covered matrix ``W`` (exact real value) with its place in the network.
+
+    Contract: ``left`` (and ``right`` if given) are finite float64 arrays; if ``right`` is None the
+    matrix is dense and equal to ``left``; otherwise it equals the exact product ``left @ right``.
+    ``head`` is -1 for layer-wise matrices (M_in, M_out).
+    """
+
+    layer: int
+    head: int
+    kind: str
+    left: np.ndarray
+    right: np.ndarray | None = None
+
+    @property
+    def is_factored(self) -> bool:
+        return self.right is not None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        if self.right is None:
+            return (int(self.left.shape[0]), int(self.left.shape[1]))
+        return (int(self.left.shape[0]), int(self.right.shape[1]))
+
+    @property
+    def rank_cap(self) -> int:
+        """A *proven* upper bound on rank(W) from structure alone (inner dimension of factors)."""
+        m, n = self.shape
+        if self.right is None:
+            return min(m, n)
+        return min(m, n, int(self.left.shape[1]))
+
+    @property
+    def name(self) -> str:
+        """Stable human-readable id, e.g. ``L0.H3.QK`` or ``L2.M_in``."""
+        if self.head < 0:
+            return f"L{self.layer}.{self.kind}"
+        return f"L{self.layer}.H{self.head}.{self.kind}"
+
+    def dense(self) -> np.ndarray:
+        """float64 value of W (the rounded product for factored matrices; not exact)."""
+        if self.right is None:
+            return self.left
+        return self.left @ self.right
+
+
+@dataclass(frozen=True, eq=False)
+class AnalysisWeights:
+    """All covered matrices of one network plus the architecture facts the theorem needs.
+
+    ``matrices`` is ordered layer by layer; within a layer: QK of every head, V_tilde of every head,
+    M_in, M_out (the telescoping order of THEORY.md section 4).  ``readout`` is the CLS read-out
+    vector ``w`` (shape (N,)) when the checkpoint has one (the project's own model), else None.
+    """
+
+    matrices: tuple[NamedMatrix, ...]
+    num_layers: int
+    num_heads: int
+    width: int
+    head_dim: int
+    ff_dim: int
+    activation: str = "gelu"
+    readout: np.ndarray | None = None
+    source: str = ""
+    sha256: str = ""
+    layout: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def of_layer(self, layer: int) -> tuple[NamedMatrix, ...]:
+        return tuple(m for m in self.matrices if m.layer == layer)
+
+    def of_kind(self, kind: str) -> tuple[NamedMatrix, ...]:
+        return tuple(m for m in self.matrices if m.kind == kind)
+
+    def get(self, layer: int, kind: str, head: int = -1) -> NamedMatrix:
+        for m in self.matrices:
+            if m.layer == layer and m.kind == kind and m.head == head:
+                return m
+        raise KeyError(f"no matrix L{layer} H{head} {kind}")
+
+    @cached_property
+    def num_matrices(self) -> int:
+        return len(self.matrices)
+
+
+def ordered(matrices: list[NamedMatrix]) -> tuple[NamedMatrix, ...]:
+    """Sort into the canonical telescoping order (layer, type, head)."""
+    rank = {k: i for i, k in enumerate(MATRIX_TYPES)}
+    return tuple(sorted(matrices, key=lambda m: (m.layer, rank[m.kind], m.head)))
