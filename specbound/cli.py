@@ -24,7 +24,8 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; with ``only`` set, import just that command's module (fast start-up)."""
     parser = argparse.ArgumentParser(prog="specbound", description=__doc__.splitlines()[0])
     from . import __version__
 
@@ -33,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name, help_text in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
+        if only is not None and name != only:
+            continue
         module = _command_module(name)
         if module is not None:
             module.add_arguments(p)
@@ -52,7 +55,10 @@ def _command_module(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # Import only the command that runs: torch-free commands then start quickly.
+    only = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(only if only in COMMANDS else None)
     args = parser.parse_args(argv)
     if args._run is None:
         print(f"specbound: error: command '{args.command}' is not available yet", file=sys.stderr)

@@ -1,0 +1,411 @@
+"""Checkpoint containers: named real tensors read safely from disk, and their mapping to the model.
+
+Contract.  A *checkpoint* is a finite set of named tensors ``T_name`` with entries in the binary
+floating-point formats float16, bfloat16, float32 or float64, optional string metadata and, for a
+Hugging Face folder, a ``config.json``.  Reading a tensor returns a float64 array whose entries are
+*exactly* the stored reals (every binary16/bfloat16/binary32 number is a binary64 number, so the
+conversion is the identity on values); nothing is rounded, rescaled or reordered.  Values are read
+only for the tensors an adapter asks for, each into a fresh array owned by the caller.
+
+Containers (chosen by file extension, else by the first bytes):
+
+* ``.safetensors`` -- memory-mapped through ``safetensors.safe_open``; header metadata is kept;
+* ``.pt`` / ``.pth`` / ``.bin`` -- a PyTorch state dict, loaded *only* with
+  ``torch.load(weights_only=True)``: a pickle that refers to anything other than plain tensors and
+  containers is refused before any of its code can run; nested dicts are flattened with ``.``;
+  a ``"__metadata__"`` entry holding a ``dict[str, str]`` is taken as metadata;
+* ``.npz`` -- ``numpy.load(allow_pickle=False)``; a 0-d string array ``__metadata__`` holding a JSON
+  object is taken as metadata;
+* a folder -- a Hugging Face model folder: ``config.json`` plus ``model.safetensors`` or
+  ``pytorch_model.bin``.  A weights file with one of those two names also picks up the
+  ``config.json`` beside it.
+
+Every failure raises a :class:`~specbound.errors.SpecboundError` subclass with a one-line message
+that names the file and, where there is one, the tensor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import warnings
+import zipfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import CheckpointError, LayoutError, NonFiniteError
+from .matrices import AnalysisWeights
+
+FLOAT_DTYPES: frozenset[str] = frozenset({"float16", "bfloat16", "float32", "float64"})
+"""Stored dtypes whose every value is exactly a binary64 number (so reading them is lossless)."""
+
+HF_WEIGHT_FILES: tuple[str, ...] = ("model.safetensors", "pytorch_model.bin")
+"""Weight files of a Hugging Face folder, in order of preference (safetensors never unpickles)."""
+
+_SAFETENSORS_DTYPES = {
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "F32": "float32",
+    "F64": "float64",
+}
+_TORCH_SUFFIXES = (".pt", ".pth", ".bin")
+
+
+def _one_line(text: object) -> str:
+    """Collapse a library message to one line (the CLI contract is one line per error)."""
+    return " ".join(str(text).split())
+
+
+@dataclass(frozen=True, eq=False)
+class Checkpoint:
+    """An opened checkpoint: names, shapes and dtypes are known; values are read on demand.
+
+    ``path`` is the weights file (inside the folder, for a Hugging Face folder), ``source`` the
+    path the user gave.  :meth:`tensor` is the only way values leave the container.
+    """
+
+    path: Path
+    source: Path
+    container: str
+    shapes: Mapping[str, tuple[int, ...]]
+    dtypes: Mapping[str, str]
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    config: Mapping[str, Any] | None = None
+    config_path: Path | None = None
+    _fetch: Callable[[str], np.ndarray] | None = field(default=None, repr=False)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.shapes)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.shapes
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """Stored shape of tensor ``name``; LayoutError naming it if it is absent."""
+        if name not in self.shapes:
+            raise LayoutError(f"{self.path}: missing tensor '{name}'")
+        return self.shapes[name]
+
+    def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        """Exact float64 copy of tensor ``name``.
+
+        Guarantees: the tensor exists, has a floating dtype (:data:`FLOAT_DTYPES`), has exactly
+        ``shape`` when one is given (rank included), and every entry is finite.
+        """
+        got = self.shape(name)
+        if shape is not None and tuple(got) != tuple(shape):
+            raise LayoutError(
+                f"{self.path}: tensor '{name}' has shape {_fmt_shape(got)}, "
+                f"expected {_fmt_shape(shape)}"
+            )
+        dtype = self.dtypes[name]
+        if dtype not in FLOAT_DTYPES:
+            raise LayoutError(
+                f"{self.path}: tensor '{name}' has dtype {dtype}, expected one of "
+                f"{', '.join(sorted(FLOAT_DTYPES))}"
+            )
+        assert self._fetch is not None
+        array = np.array(self._fetch(name), dtype=np.float64, copy=True, order="C")
+        if array.shape != tuple(got):  # pragma: no cover - a container lying about its header
+            raise CheckpointError(f"{self.path}: tensor '{name}' is corrupt (shape mismatch)")
+        if not np.isfinite(array).all():
+            bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+            raise NonFiniteError(
+                f"{self.path}: tensor '{name}' has {bad} NaN/Inf entr{'y' if bad == 1 else 'ies'}"
+            )
+        return array
+
+    def sha256(self) -> str:
+        """Hex SHA-256 of the weights file's bytes (identifies exactly what was analysed)."""
+        return file_sha256(self.path)
+
+
+def _fmt_shape(shape: Iterable[int]) -> str:
+    dims = tuple(int(s) for s in shape)
+    return f"({', '.join(map(str, dims))}{',' if len(dims) == 1 else ''}) ({len(dims)}-D)"
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- locating files
+
+
+def _locate(path: Path) -> tuple[Path, Path | None]:
+    """(weights file, config.json or None) for a user-given file or Hugging Face folder."""
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such file or folder")
+    if path.is_dir():
+        for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+            if (path / index).exists() and not any((path / n).exists() for n in HF_WEIGHT_FILES):
+                raise CheckpointError(f"{path / index}: sharded checkpoints are not supported")
+        for name in HF_WEIGHT_FILES:
+            if (path / name).is_file():
+                config = path / "config.json"
+                return path / name, config if config.is_file() else None
+        raise CheckpointError(
+            f"{path}: folder holds no weights file (expected {' or '.join(HF_WEIGHT_FILES)})"
+        )
+    config = path.parent / "config.json"
+    if path.name in HF_WEIGHT_FILES and config.is_file():
+        return path, config
+    return path, None
+
+
+def _read_config(config_path: Path | None) -> dict[str, Any] | None:
+    if config_path is None:
+        return None
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{config_path}: not a readable JSON config ({_one_line(exc)})")
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{config_path}: config is not a JSON object")
+    return config
+
+
+def _container_of(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".safetensors":
+        return "safetensors"
+    if suffix in _TORCH_SUFFIXES:
+        return "torch"
+    if suffix == ".npz":
+        return "npz"
+    # Unknown extension: decide by content.
+    with open(path, "rb") as fh:
+        head = fh.read(9)
+    if head[:4] == b"PK\x03\x04":
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise CheckpointError(f"{path}: truncated or corrupt zip archive ({_one_line(exc)})")
+        if any(n.endswith("data.pkl") for n in names):
+            return "torch"
+        return "npz"
+    if head[:1] == b"\x80":  # pickle protocol marker: legacy torch.save
+        return "torch"
+    if len(head) == 9 and head[8:9] == b"{":  # u64 header length, then the JSON header
+        return "safetensors"
+    raise CheckpointError(
+        f"{path}: not a recognized checkpoint (expected .safetensors, a PyTorch state dict "
+        f".pt/.pth/.bin, .npz, or a Hugging Face folder)"
+    )
+
+
+# --------------------------------------------------------------------------- containers
+
+
+def _open_safetensors(path: Path) -> dict[str, Any]:
+    from safetensors import safe_open
+
+    try:
+        handle = safe_open(str(path), framework="numpy")
+        metadata = dict(handle.metadata() or {})
+        shapes: dict[str, tuple[int, ...]] = {}
+        dtypes: dict[str, str] = {}
+        for name in handle.keys():
+            sl = handle.get_slice(name)
+            shapes[name] = tuple(int(s) for s in sl.get_shape())
+            dtypes[name] = _safetensors_dtype(sl.get_dtype())
+    except Exception as exc:  # SafetensorError / OSError: truncated or not safetensors at all
+        raise CheckpointError(
+            f"{path}: truncated or corrupt safetensors file ({_one_line(exc)})"
+        ) from None
+
+    def fetch(name: str) -> np.ndarray:
+        try:
+            if dtypes[name] == "bfloat16":
+                # numpy has no bfloat16; torch widens it to float32 exactly.
+                with safe_open(str(path), framework="pt") as pt_handle:
+                    return pt_handle.get_tensor(name).float().numpy()
+            return handle.get_tensor(name)
+        except Exception as exc:
+            raise CheckpointError(
+                f"{path}: tensor '{name}' cannot be read ({_one_line(exc)})"
+            ) from None
+
+    return {"shapes": shapes, "dtypes": dtypes, "metadata": metadata, "fetch": fetch}
+
+
+def _safetensors_dtype(raw: str) -> str:
+    """numpy-style name of a safetensors dtype tag (``F32`` -> ``float32``, ``I64`` -> ``int64``)."""
+    if raw in _SAFETENSORS_DTYPES:
+        return _SAFETENSORS_DTYPES[raw]
+    m = re.fullmatch(r"([FIU])(\d+)(_\w+)?", raw)
+    if m:
+        kind = {"F": "float", "I": "int", "U": "uint"}[m.group(1)]
+        return f"{kind}{m.group(2)}{(m.group(3) or '').lower()}"
+    return raw.lower()
+
+
+_REFUSED = re.compile(r"(Unsupported global: GLOBAL \S+|Unsupported operand \S+)")
+
+
+def _open_torch(path: Path) -> dict[str, Any]:
+    import pickle
+
+    import torch
+
+    is_zip = zipfile.is_zipfile(path)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # weights_only=True: the restricted unpickler admits tensors and plain containers only,
+            # so a hostile pickle is rejected before any callable in it is invoked.
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=is_zip)
+    except pickle.UnpicklingError as exc:
+        found = _REFUSED.search(str(exc))
+        what = found.group(1) if found else "a non-tensor object"
+        raise CheckpointError(
+            f"{path}: refused to load: the pickle holds more than plain tensors ({what}); "
+            f"it was not executed"
+        ) from None
+    except Exception as exc:
+        raise CheckpointError(
+            f"{path}: truncated or corrupt PyTorch file ({type(exc).__name__}: {_one_line(exc)})"
+        ) from None
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(
+            f"{path}: holds a {type(obj).__name__}, not a state dict (a mapping name -> tensor)"
+        )
+    tensors: dict[str, Any] = {}
+    metadata: dict[str, str] = {}
+    _flatten_state(obj, "", tensors, metadata)
+    shapes = {k: tuple(int(s) for s in t.shape) for k, t in tensors.items()}
+    dtypes = {
+        k: str(t.dtype).removeprefix("torch.") if t.layout == torch.strided else f"{t.layout}"
+        for k, t in tensors.items()
+    }
+
+    def fetch(name: str) -> np.ndarray:
+        return tensors[name].detach().to(torch.float64).numpy()
+
+    return {"shapes": shapes, "dtypes": dtypes, "metadata": metadata, "fetch": fetch}
+
+
+def _flatten_state(obj: Mapping, prefix: str, out: dict, metadata: dict) -> None:
+    import torch
+
+    for key, value in obj.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, torch.Tensor):
+            out[name] = value
+        elif key == "__metadata__" and not prefix and isinstance(value, Mapping):
+            metadata.update({str(k): str(v) for k, v in value.items()})
+        elif isinstance(value, Mapping):
+            _flatten_state(value, f"{name}.", out, metadata)
+        # Other plain values (epoch counters, strings) carry no weights and are ignored.
+
+
+def _open_npz(path: Path) -> dict[str, Any]:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+    except ValueError as exc:
+        if "pickle" in str(exc).lower():
+            raise CheckpointError(
+                f"{path}: refused to load: an array holds Python objects (pickled); "
+                f"it was not executed"
+            ) from None
+        raise CheckpointError(f"{path}: truncated or corrupt .npz file ({_one_line(exc)})") from None
+    except Exception as exc:
+        raise CheckpointError(
+            f"{path}: truncated or corrupt .npz file ({type(exc).__name__}: {_one_line(exc)})"
+        ) from None
+    metadata: dict[str, str] = {}
+    meta = arrays.pop("__metadata__", None)
+    if meta is not None:
+        try:
+            parsed = json.loads(str(meta[()]))
+            if not isinstance(parsed, dict):
+                raise ValueError("not an object")
+        except (ValueError, IndexError, TypeError) as exc:
+            raise CheckpointError(
+                f"{path}: '__metadata__' is not a JSON object string ({_one_line(exc)})"
+            ) from None
+        metadata = {str(k): str(v) for k, v in parsed.items()}
+    shapes = {k: tuple(int(s) for s in a.shape) for k, a in arrays.items()}
+    dtypes = {k: a.dtype.name for k, a in arrays.items()}
+    return {"shapes": shapes, "dtypes": dtypes, "metadata": metadata, "fetch": arrays.__getitem__}
+
+
+_OPENERS = {"safetensors": _open_safetensors, "torch": _open_torch, "npz": _open_npz}
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def open_checkpoint(path: str | Path) -> Checkpoint:
+    """Open a checkpoint file or Hugging Face folder; read its header, not its values.
+
+    Raises CheckpointError (missing, empty, truncated, corrupt, or an unsafe pickle).
+    """
+    source = Path(path)
+    weights, config_path = _locate(source)
+    if not weights.is_file():
+        raise CheckpointError(f"{weights}: not a regular file")
+    if weights.stat().st_size == 0:
+        raise CheckpointError(f"{weights}: file is empty")
+    container = _container_of(weights)
+    opened = _OPENERS[container](weights)
+    return Checkpoint(
+        path=weights,
+        source=source,
+        container=container,
+        shapes=opened["shapes"],
+        dtypes=opened["dtypes"],
+        metadata=opened["metadata"],
+        config=_read_config(config_path),
+        config_path=config_path,
+        _fetch=opened["fetch"],
+    )
+
+
+def read_tensors(path: str | Path, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+    """Exact float64 copies of the named tensors (default: every floating tensor) of a checkpoint.
+
+    Each returned array equals the stored tensor entry by entry (see the module contract) and is
+    finite; missing names, non-floating dtypes and NaN/Inf raise with the tensor's name.
+    """
+    ckpt = open_checkpoint(path)
+    if names is None:
+        names = [n for n in ckpt.names() if ckpt.dtypes[n] in FLOAT_DTYPES]
+    return {name: ckpt.tensor(name) for name in names}
+
+
+def read_metadata(path: str | Path) -> dict[str, str]:
+    """The checkpoint's string metadata (safetensors header, or ``__metadata__``; may be empty)."""
+    return dict(open_checkpoint(path).metadata)
+
+
+def load_weights(
+    path: str | Path | None = None,
+    *,
+    num_heads: int | None = None,
+    activation: str | None = None,
+) -> AnalysisWeights:
+    """All covered matrices of a checkpoint, in canonical order (``matrices.ordered``).
+
+    ``path=None`` loads the embedded default model.  The layout is detected from tensor names and
+    metadata (see :mod:`specbound.adapters`).  ``num_heads`` is needed for a BERT state dict
+    without ``config.json``; when both are present they must agree.  ``activation`` overrides
+    nothing: it fills in only what the checkpoint does not say, and must agree where it does.
+    """
+    from .adapters import detect
+    from .data import default_checkpoint_path
+
+    ckpt = open_checkpoint(default_checkpoint_path() if path is None else path)
+    adapter = detect(ckpt)
+    return adapter.adapt(ckpt, num_heads=num_heads, activation=activation)
