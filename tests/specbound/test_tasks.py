@@ -1,0 +1,92 @@
+"""Synthetic tasks: i.i.d. samples reproducible from a seed, labels from the stated boolean rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specbound.errors import SpecboundError
+from specbound.tasks import CLS, TASKS, Task, get_task, sparse_majority, sparse_parity
+
+
+def brute_label(rule: str, positions, tokens_row) -> float:
+    """The rule read off one token row by hand: bit = token - 1 at each hidden index."""
+    bits = [int(tokens_row[p]) - 1 for p in positions]
+    if rule == "majority":
+        return 1.0 if sum(bits) > len(bits) / 2 else -1.0
+    return 1.0 if sum(bits) % 2 == 0 else -1.0
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_sample_shapes_dtypes_and_token_ranges(name):
+    task = get_task(name)
+    tokens, labels = task.sample(500, np.random.default_rng(0))
+    assert tokens.shape == (500, task.seq_len) and tokens.dtype == np.int64
+    assert labels.shape == (500,) and labels.dtype == np.float64
+    assert np.all(tokens[:, 0] == CLS)
+    assert set(np.unique(tokens[:, 1:])) <= {1, 2} and tokens.max() < task.vocab_size
+    assert set(np.unique(labels)) <= {-1.0, 1.0}
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_labels_follow_the_rule_on_the_hidden_positions(name):
+    task = get_task(name, seq_len=9, k=3, seed=4)
+    tokens, labels = task.sample(300, np.random.default_rng(1))
+    expected = [brute_label(task.rule, task.positions, row) for row in tokens]
+    np.testing.assert_array_equal(labels, expected)
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_sampling_is_deterministic_per_seed(name):
+    task = get_task(name)
+    a = task.sample(200, np.random.default_rng(7))
+    b = task.sample(200, np.random.default_rng(7))
+    c = task.sample(200, np.random.default_rng(8))
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert not np.array_equal(a[0], c[0])
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_labels_are_balanced_and_bits_uniform(name):
+    # Both rules are balanced exactly (bit flip symmetry), so 20000 draws land within ~4 sd of 1/2.
+    task = get_task(name)
+    tokens, labels = task.sample(20_000, np.random.default_rng(3))
+    assert abs(np.mean(labels > 0) - 0.5) < 0.015
+    assert np.all(np.abs((tokens[:, 1:] == 2).mean(axis=0) - 0.5) < 0.015)
+
+
+def test_parity_hides_every_single_bit():
+    # The "harder" task: no hidden bit alone is correlated with the label (unlike majority).
+    tokens, labels = sparse_parity(seq_len=9, k=3).sample(20_000, np.random.default_rng(5))
+    bits = 2.0 * (tokens[:, 1:] - 1) - 1
+    assert np.all(np.abs(bits.T @ labels / len(labels)) < 0.03)
+    tokens, labels = sparse_majority(seq_len=9, k=3).sample(20_000, np.random.default_rng(5))
+    corr = (2.0 * (tokens[:, 1:] - 1) - 1).T @ labels / len(labels)
+    hidden = [p - 1 for p in sparse_majority(seq_len=9, k=3).positions]
+    assert np.all(corr[hidden] > 0.4)  # each majority input has correlation 1/2
+
+
+def test_hidden_positions_are_a_function_of_the_task_seed():
+    a, b = sparse_majority(seed=0), sparse_majority(seed=0)
+    assert a.positions == b.positions and len(set(a.positions)) == 3
+    assert all(1 <= p < a.seq_len for p in a.positions)
+    assert {sparse_majority(seed=s).positions for s in range(10)} != {a.positions}
+
+
+def test_empty_sample_is_allowed():
+    tokens, labels = sparse_majority().sample(0, np.random.default_rng(0))
+    assert tokens.shape == (0, 17) and labels.shape == (0,)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: sparse_majority(k=2),
+    lambda: sparse_majority(seq_len=4, k=4),
+    lambda: sparse_parity(k=0),
+    lambda: get_task("copying"),
+    lambda: Task("t", "xor", 5, (1, 2)),
+    lambda: Task("t", "parity", 5, (0, 2)),
+    lambda: sparse_parity().sample(-1, np.random.default_rng(0)),
+])
+def test_bad_task_arguments_raise(make):
+    with pytest.raises(SpecboundError):
+        make()

@@ -1,0 +1,170 @@
+"""Deterministic training, its losses and penalties, and the shipped default checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from importlib import resources
+
+import numpy as np
+import pytest
+import torch
+
+from specbound.errors import SpecboundError
+from specbound.model import AnalysisTransformer
+from specbound.train import (
+    TrainConfig, deterministic_torch, evaluate, fresh_sample, margin_loss, spectral_penalty, train,
+    training_sample,
+)
+
+TINY = TrainConfig(seq_len=5, k=3, num_layers=1, num_heads=2, width=4, head_dim=2, ff_dim=4,
+                   steps=6, batch=8, n_train=20, lr=1e-2)
+
+
+def weights(model):
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("extra", [{}, {"reg": 0.1, "reg_kind": "schatten", "reg_p": 1.5},
+                                   {"reg": 0.1, "reg_kind": "spectral", "loss": "hinge", "task": "sparse_parity"}])
+def test_two_runs_of_one_config_give_identical_weights(extra):
+    config = dataclasses.replace(TINY, **extra)
+    (m1, r1), (m2, r2) = train(config), train(config)
+    w1, w2 = weights(m1), weights(m2)
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)
+    assert r1 == r2
+    init = AnalysisTransformer(config.architecture(config.make_task()), init_seed=config.seed)
+    assert not torch.equal(init.w, m1.w)  # it did train
+
+
+def test_a_different_seed_gives_different_weights():
+    a, _ = train(TINY)
+    b, _ = train(dataclasses.replace(TINY, seed=1))
+    assert not torch.equal(a.w, b.w)
+
+
+def test_deterministic_mode_is_restored_afterwards():
+    before = (torch.are_deterministic_algorithms_enabled(), torch.get_num_threads())
+    with deterministic_torch():
+        assert torch.are_deterministic_algorithms_enabled() and torch.get_num_threads() == 1
+    assert (torch.are_deterministic_algorithms_enabled(), torch.get_num_threads()) == before
+
+
+def test_record_describes_the_run():
+    model, record = train(TINY)
+    assert record["config"] == dataclasses.asdict(TINY)
+    assert record["task"]["positions"] == list(TINY.make_task().positions)
+    assert record["train"]["n"] == TINY.n_train
+    tokens, labels = training_sample(TINY)
+    with torch.no_grad():
+        acc = float(np.mean(model(torch.from_numpy(tokens)).numpy() * labels > 0))
+    assert record["train"]["accuracy"] == acc
+
+
+def test_training_and_fresh_samples_are_different_draws():
+    tokens, _ = training_sample(TINY)
+    fresh, _ = fresh_sample(TINY.make_task(), TINY.n_train, TINY.data_seed)
+    assert not np.array_equal(tokens, fresh)
+
+
+def test_margin_losses_match_their_formulas():
+    u = torch.tensor([-3.0, -0.5, 0.0, 0.5, 40.0], dtype=torch.float64)
+    logistic = sum(math.log1p(math.exp(-v)) for v in u.tolist()) / 5
+    hinge = sum(max(0.0, 1 - v) for v in u.tolist()) / 5
+    assert margin_loss(u, "logistic").item() == pytest.approx(logistic, rel=1e-14)
+    assert margin_loss(u, "hinge").item() == pytest.approx(hinge, rel=1e-14)
+
+
+def test_spectral_penalty_matches_numpy_singular_values():
+    model, _ = train(TINY)
+    sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    mats = []
+    for l in range(TINY.num_layers):
+        mats += [sd[f"W_Q.{l}"][h] @ sd[f"W_K.{l}"][h].T for h in range(TINY.num_heads)]
+        mats += [sd[f"W_V.{l}"][h] @ sd[f"W_O.{l}"][h] for h in range(TINY.num_heads)]
+        mats += [sd[f"M_in.{l}"], sd[f"M_out.{l}"]]
+    svals = [np.linalg.svd(W, compute_uv=False) for W in mats]
+    with torch.no_grad():
+        assert spectral_penalty(model, "schatten", 1.0).item() == pytest.approx(sum(s.sum() for s in svals), rel=1e-12)
+        assert spectral_penalty(model, "schatten", 2.0).item() == pytest.approx(
+            sum(np.linalg.norm(W) for W in mats), rel=1e-12)
+        assert spectral_penalty(model, "spectral").item() == pytest.approx(sum(s[0] for s in svals), rel=1e-12)
+
+
+def test_evaluate_counts_a_zero_output_as_an_error():
+    model, _ = train(TINY)
+    with torch.no_grad():
+        model.w.zero_()
+    tokens, labels = training_sample(TINY)
+    assert evaluate(model, tokens, labels)["accuracy"] == 0.0
+
+
+@pytest.mark.parametrize("bad", [{"loss": "mse"}, {"reg_kind": "frobenius"}, {"reg_kind": "schatten", "reg_p": 0.5},
+                                 {"steps": -1}, {"batch": 0}, {"lr": 0.0}, {"task": "nope"}])
+def test_bad_configs_raise(bad):
+    with pytest.raises(SpecboundError):
+        dataclasses.replace(TINY, **bad).make_task()
+
+
+# ------------------------------------------------------------------------ embedded default
+DATA = resources.files("specbound.data")
+
+
+@pytest.fixture(scope="module")
+def default():
+    record = json.loads(DATA.joinpath("default.json").read_text())
+    with resources.as_file(DATA.joinpath("default.safetensors")) as path:
+        raw = path.read_bytes()
+        model = AnalysisTransformer.load(path)
+    return model, record, raw
+
+
+def test_default_checkpoint_has_the_documented_architecture(default):
+    model, record, raw = default
+    c = record["config"]
+    a = model.arch
+    assert (a.num_layers, a.num_heads, a.width, a.head_dim, a.ff_dim, a.activation) == (2, 2, 32, 8, 64, "gelu")
+    assert (a.num_layers, a.num_heads, a.width, a.head_dim, a.ff_dim, a.activation) == (
+        c["num_layers"], c["num_heads"], c["width"], c["head_dim"], c["ff_dim"], c["activation"])
+    assert (a.vocab_size, a.seq_len) == (record["task"]["vocab_size"], record["task"]["seq_len"])
+    assert model.task == record["task"]["name"] == c["task"]
+    assert len(raw) < 1_000_000 and record["sha256"] == hashlib.sha256(raw).hexdigest()
+
+
+def test_default_record_matches_a_regenerated_task(default):
+    _, record, _ = default
+    config = TrainConfig(**record["config"])
+    assert list(config.make_task().positions) == record["task"]["positions"]
+
+
+def test_default_checkpoint_keeps_its_accuracy_on_fresh_samples(default):
+    model, record, _ = default
+    task = TrainConfig(**record["config"]).make_task()
+    seed = record["test"]["seed"] + 1000  # a sample the recorded figure was not measured on
+    result = evaluate(model, *fresh_sample(task, 2000, seed))
+    # 2000 draws: a true accuracy >= recorded - 0.01 falls below recorded - 0.03 with negligible probability.
+    assert result["accuracy"] >= record["test"]["accuracy"] - 0.03
+    assert record["test"]["accuracy"] >= 0.9
+
+
+@pytest.mark.slow
+def test_make_default_reproduces_the_shipped_files(tmp_path, default):
+    # Bit-for-bit on the machine/torch build that made them (BLAS summation order may differ elsewhere).
+    import runpy
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "make_default.py"
+    argv = sys.argv
+    sys.argv = [str(script), "--out-dir", str(tmp_path)]
+    try:
+        with pytest.raises(SystemExit) as exc:
+            runpy.run_path(str(script), run_name="__main__")
+    finally:
+        sys.argv = argv
+    assert exc.value.code == 0
+    _, record, raw = default
+    assert (tmp_path / "default.safetensors").read_bytes() == raw
+    assert json.loads((tmp_path / "default.json").read_text()) == record
