@@ -1,0 +1,153 @@
+"""Labelled sample files for the empirical margin loss.
+
+A data file is a ``.npz`` archive (read with ``allow_pickle=False``) holding
+
+* ``labels`` -- shape ``(n,)``, every entry exactly ``-1`` or ``+1`` (any integer or float dtype);
+* and exactly one of
+    - ``tokens`` -- shape ``(n, T)``, integer token ids ``>= 0`` (embedded by the model's fixed
+      ``E``, ``P``; token 1 = index 0 is CLS), or
+    - ``inputs`` -- shape ``(n, T, N)``, floating rows already embedded; the certified forward
+      pass projects them with ``Pi`` (the theorem needs ``X_i`` in the unit-row ball).
+
+``n >= 1`` and ``T >= 1``.  Values are kept exactly: ids become int64, labels int8, float16/32/64
+inputs float64 (every such value is a binary64 number).  Each problem raises
+:class:`DataFileError` with one line naming the file and the array.  Whether ids fit the model's
+vocabulary, ``T`` its positional embedding and ``N`` its width is checked where the model is known
+(:func:`specbound.certified.forward.certified_ramp_loss`).
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specbound.errors import SpecboundError
+
+KEYS: tuple[str, ...] = ("labels", "tokens", "inputs")
+
+
+class DataFileError(SpecboundError):
+    """A data file is missing, unreadable, or its arrays do not form a labelled sample."""
+
+
+@dataclass(frozen=True, eq=False)
+class DataSet:
+    """A validated labelled sample: ``labels`` (n,) int8 in {-1, +1} and exactly one of
+    ``tokens`` (n, T) int64 ids or ``inputs`` (n, T, N) float64 rows (before ``Pi``)."""
+
+    labels: np.ndarray
+    tokens: np.ndarray | None = None
+    inputs: np.ndarray | None = None
+    source: str = "<arrays>"
+
+    @property
+    def n(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def seq_len(self) -> int:
+        rows = self.tokens if self.tokens is not None else self.inputs
+        return int(rows.shape[1])
+
+
+def _labels(where: str, labels: np.ndarray) -> np.ndarray:
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise DataFileError(f"{where}: 'labels' must have shape (n,), got {labels.shape}")
+    if labels.shape[0] == 0:
+        raise DataFileError(f"{where}: the sample is empty (n = 0)")
+    if labels.dtype == np.bool_ or not (
+        np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)
+    ):
+        raise DataFileError(f"{where}: 'labels' must be numeric -1/+1, got dtype {labels.dtype}")
+    if np.issubdtype(labels.dtype, np.floating) and not np.isfinite(labels).all():
+        raise DataFileError(f"{where}: 'labels' has NaN/Inf entries")
+    bad = ~((labels == 1) | (labels == -1))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DataFileError(
+            f"{where}: 'labels' must be -1 or +1, found {labels[i].item()!r} at index {i} ({int(bad.sum())} bad)"
+        )
+    return labels.astype(np.int8)
+
+
+def _tokens(where: str, tokens: np.ndarray, n: int) -> np.ndarray:
+    tokens = np.asarray(tokens)
+    if tokens.dtype == np.bool_ or not np.issubdtype(tokens.dtype, np.integer):
+        raise DataFileError(f"{where}: 'tokens' must hold integer ids, got dtype {tokens.dtype}")
+    if tokens.ndim != 2:
+        raise DataFileError(f"{where}: 'tokens' must have shape (n, T), got {tokens.shape}")
+    if tokens.shape[0] != n:
+        raise DataFileError(f"{where}: 'tokens' has {tokens.shape[0]} rows but 'labels' has {n}")
+    if tokens.shape[1] == 0:
+        raise DataFileError(f"{where}: 'tokens' has sequence length 0 (need T >= 1: token 1 is CLS)")
+    if tokens.min() < 0:
+        raise DataFileError(f"{where}: 'tokens' has negative ids (min {int(tokens.min())})")
+    if tokens.dtype == np.uint64 and tokens.max() > np.iinfo(np.int64).max:
+        raise DataFileError(f"{where}: 'tokens' has ids beyond int64")
+    return tokens.astype(np.int64)
+
+
+def _inputs(where: str, inputs: np.ndarray, n: int) -> np.ndarray:
+    inputs = np.asarray(inputs)
+    if inputs.dtype not in (np.float16, np.float32, np.float64):
+        raise DataFileError(
+            f"{where}: 'inputs' must be float16/float32/float64, got dtype {inputs.dtype}"
+        )
+    if inputs.ndim != 3:
+        raise DataFileError(f"{where}: 'inputs' must have shape (n, T, N), got {inputs.shape}")
+    if inputs.shape[0] != n:
+        raise DataFileError(f"{where}: 'inputs' has {inputs.shape[0]} rows but 'labels' has {n}")
+    if inputs.shape[1] == 0 or inputs.shape[2] == 0:
+        raise DataFileError(f"{where}: 'inputs' has an empty axis, shape {inputs.shape} (need T, N >= 1)")
+    if not np.isfinite(inputs).all():
+        bad = int(inputs.size - np.count_nonzero(np.isfinite(inputs)))
+        raise DataFileError(f"{where}: 'inputs' has {bad} NaN/Inf entr{'y' if bad == 1 else 'ies'}")
+    return inputs.astype(np.float64)  # exact for float16/32/64
+
+
+def dataset_from_arrays(
+    labels: np.ndarray,
+    *,
+    tokens: np.ndarray | None = None,
+    inputs: np.ndarray | None = None,
+    source: str = "<arrays>",
+) -> DataSet:
+    """Validate arrays into a :class:`DataSet` (same rules and messages as :func:`load_data`)."""
+    if (tokens is None) == (inputs is None):
+        what = "both 'tokens' and 'inputs'" if tokens is not None else "neither 'tokens' nor 'inputs'"
+        raise DataFileError(f"{source}: has {what}; give exactly one")
+    y = _labels(source, labels)
+    if tokens is not None:
+        return DataSet(labels=y, tokens=_tokens(source, tokens, y.shape[0]), source=source)
+    return DataSet(labels=y, inputs=_inputs(source, inputs, y.shape[0]), source=source)
+
+
+def load_data(path: str | Path) -> DataSet:
+    """Read and validate a ``.npz`` data file (module contract); one-line DataFileError otherwise."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataFileError(f"{p}: data file not found")
+    try:
+        loaded = np.load(p, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise DataFileError(f"{p}: not a .npz archive (a single array); save with numpy.savez")
+        with loaded as npz:
+            names = set(npz.files)
+            if "labels" not in names:
+                raise DataFileError(
+                    f"{p}: missing array 'labels' (found: {', '.join(sorted(names)) or 'none'})"
+                )
+            arrays = {k: npz[k] for k in KEYS if k in names}
+    except DataFileError:
+        raise
+    except (zipfile.BadZipFile, EOFError, OSError) as exc:
+        raise DataFileError(f"{p}: not a readable .npz archive ({' '.join(str(exc).split())})") from None
+    except ValueError as exc:  # object arrays (pickles) and malformed members
+        raise DataFileError(f"{p}: unreadable array ({' '.join(str(exc).split())})") from None
+    return dataset_from_arrays(
+        arrays["labels"], tokens=arrays.get("tokens"), inputs=arrays.get("inputs"), source=str(p)
+    )
