@@ -1,0 +1,89 @@
+"""What a bound evaluation is asked for (:class:`BoundSettings`) and the float choices that the
+fast path makes for it (:class:`BoundPlan`).
+
+The split mirrors the rule "floats choose, Arb evaluates": every field of a :class:`BoundPlan` is a
+*choice* (a Schatten index from the grid P_m, a margin on the grid beta_rho^k, loss scales u_j, Dudley
+weights and lower limit).  THEORY.md sections 6-7 show that the theorem holds simultaneously for
+every such choice, so a plan can never make a certified value invalid -- only looser.  Radii
+(k_c, k_s, k_w) are *not* choices: the certified layer derives them from upper enclosures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from .errors import SpecboundError
+
+
+@dataclass(frozen=True)
+class BoundSettings:
+    """Parameters fixed before looking at the sample (THEORY.md section 6), plus the user's inputs.
+
+    ``n``: sample size of the empirical term; ``delta``: confidence; ``margin``: the margin rho
+    (None: chosen on the grid by the planner); ``empirical``: a user-supplied empirical ramp loss
+    (None: measured on a data set, certified); ``beta_*``: grid bases (``beta_c`` None means
+    1 + 1/(4L)); ``grid_m`` None means m = ceil(L + ln N); ``readout``: "trained" (w fitted on the
+    sample: covered and paid for) or "fixed" (w chosen independently of the sample, B_w = ||w||; a
+    checkpoint without a read-out gets a fixed unit vector); ``overrides``: lemma constants
+    (C_sm, L_phi, B_phi) replaced by the user.
+    """
+
+    n: int
+    delta: float = 0.05
+    margin: float | None = None
+    empirical: float | None = None
+    beta_c: Fraction | None = None
+    beta_s: Fraction = Fraction(2)
+    beta_w: Fraction = Fraction(2)
+    beta_rho: Fraction = Fraction(2)
+    grid_m: int | None = None
+    massart: str = "centred"
+    dudley: str = "centred"
+    readout: str = "trained"
+    overrides: tuple[tuple[str, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.n, int) and self.n >= 1):
+            raise SpecboundError(f"n must be a positive integer, got {self.n!r}")
+        if not (0.0 < self.delta < 1.0):
+            raise SpecboundError(f"delta must lie in (0, 1), got {self.delta!r}")
+        if self.margin is not None and not (self.margin > 0.0 and self.margin < float("inf")):
+            raise SpecboundError(f"margin must be a positive finite number, got {self.margin!r}")
+        if self.empirical is not None and not (0.0 <= self.empirical <= 1.0):
+            raise SpecboundError(f"empirical loss must lie in [0, 1], got {self.empirical!r}")
+        for name in ("beta_s", "beta_w", "beta_rho"):
+            if Fraction(getattr(self, name)) <= 1:
+                raise SpecboundError(f"{name} must be > 1")
+        if self.beta_c is not None and Fraction(self.beta_c) <= 1:
+            raise SpecboundError("beta_c must be > 1")
+        if self.readout not in ("trained", "fixed"):
+            raise SpecboundError(f"readout must be 'trained' or 'fixed', got {self.readout!r}")
+
+    def base_c(self, num_layers: int) -> Fraction:
+        """beta_c, by default 1 + 1/(4L) (THEORY.md section 6, recommended bases)."""
+        return Fraction(self.beta_c) if self.beta_c is not None else 1 + Fraction(1, 4 * num_layers)
+
+
+@dataclass(frozen=True)
+class BoundPlan:
+    """Float choices for one evaluation; any values are valid (they only change tightness).
+
+    Per matrix j (in the canonical order of ``AnalysisWeights.matrices``): ``p_index[j]`` = i with
+    p_j = i/m (0 selects the rank forms); ``u[j]`` the single-scale loss scale; ``vartheta[j]`` > 0 the
+    Dudley weight.  ``u_w``/``vartheta_w`` are the read-out's (ignored for a fixed read-out).
+    ``k_rho``: the margin is beta_rho^k_rho.  ``alpha_D`` in (0, 1/4].
+    """
+
+    m: int
+    p_index: tuple[int, ...]
+    k_rho: int
+    u: tuple[float, ...]
+    u_w: float
+    alpha_D: float
+    vartheta: tuple[float, ...]
+    vartheta_w: float
+    notes: dict = field(default_factory=dict, compare=False)
+
+    def p(self, j: int) -> Fraction:
+        return Fraction(self.p_index[j], self.m)
