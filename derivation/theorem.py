@@ -1,0 +1,370 @@
+"""The main theorem, assembled from the lemma objects (THEORY.md section 7).
+
+Sums over the J covered matrices are represented as **summand + combiner**: a per-matrix
+*summand* is one SymPy expression over the generic per-matrix symbols (``s, c, p, r_max, d, kappa,
+u, vartheta``), evaluated once per matrix by a backend (vectorised in torch, one ball per matrix in
+Arb); a *combiner* is an expression over an aggregate placeholder symbol (``T_sum``, ``D_sum``,
+``H_total``, ``U_total``, ``Lambda_sum``) that stands for the sum of the summands.  For example
+
+    SS_closed = ss_closed.subs(T_sum, sum_j ss_matrix_term(j)).
+
+Every p_j > 0 summand has a p_j = 0 twin (``..._rank``) built from ``rank_cover`` instead of
+``schatten_cover``; there ``s`` is a proven rank bound.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
+from typing import Iterator, Mapping
+
+import sympy as sp
+
+from specbound.errors import SpecboundError
+
+from . import covering, lipschitz, posthoc, rademacher
+from .lemma import Lemma
+from .symbols import (
+    B_phi, B_w, C_sm, D_sum, DD, H_total, J, L_phi, Lambda, Lambda_sum, N, SS, T4_sum, T_sum,
+    U_total, alpha_D, c, d, delta, emp, eps, k, k_c, k_rho, k_s, k_w, kappa,
+    n, p, r_max, rho, s, u, u_w, vartheta, vartheta_w,
+)
+
+
+class DerivationError(SpecboundError):
+    """A bad request to the derivation layer (unknown override name, invalid constant value)."""
+
+
+# -- balance_single_scale: g(u) = u + sqrt(b) u^{-p/2} ------------------------------------------
+_b = sp.Symbol("b", positive=True)
+#: C_p = (1 + 2/p)(p/2)^{2/(p+2)}: the value of g at its exact minimiser, over b^{1/(p+2)}.
+C_P = (1 + 2 / p) * (p / 2) ** (2 / (p + 2))
+G_BALANCE = u + sp.sqrt(_b) * u ** (-p / 2)
+U_STAR = (p / 2) ** (2 / (p + 2)) * _b ** (1 / (p + 2))
+
+balance_single_scale = Lemma(
+    name="balance_single_scale",
+    assumptions=("u_j >= 1/n (flooring costs at most 1/n per term)", "sqrt(sum x) <= sum sqrt(x)",
+                 "H_j(u/kappa_j) <= a_j u^{-p_j} for u >= 1/n"),
+    statement=sp.Le(G_BALANCE.subs(u, U_STAR), C_P * _b ** (1 / (p + 2))),
+    constants={"C_p": C_P, "C_0": sp.Integer(1), "g": G_BALANCE, "u_star": U_STAR,
+               "u_paper": _b ** (1 / (p + 2))},
+)
+
+main_theorem = Lemma(
+    name="main_theorem",
+    assumptions=("network_cover", "ramp_loss_cover", "massart_single_scale", "dudley",
+                 "rademacher_generalization", "posthoc_union", "balance_single_scale"),
+    statement=None,  # the assembled bound is Theorem.bound
+    constants={"bound": emp + 2 * sp.Min(SS, DD) + 3 * sp.sqrt((sp.log(2 / delta) + Lambda) / (2 * n))},
+)
+
+#: every register entry of THEORY.md section 8 (layer_lipschitz / sensitivity_gamma are two objects)
+REGISTRY: Mapping[str, Lemma] = MappingProxyType({
+    lem.name: lem
+    for lem in (*lipschitz.LEMMAS, *covering.LEMMAS, *rademacher.LEMMAS, *posthoc.LEMMAS,
+                balance_single_scale, main_theorem)
+})
+
+#: overridable lemma constants: name -> (symbol, lemma that proves the default)
+OVERRIDABLE: Mapping[str, tuple[sp.Symbol, str]] = MappingProxyType({
+    "C_sm": (C_sm, "softmax_linf_l1"),
+    "L_phi": (L_phi, "gelu_constants"),
+    "B_phi": (B_phi, "gelu_constants"),
+})
+
+VARIANTS = {"massart": ("centred", "uncentred"), "dudley": ("centred", "uncentred"),
+            "activation": ("gelu", "relu"), "model": ("plain", "residual")}
+
+
+@dataclass(frozen=True)
+class Theorem:
+    """The assembled theorem: every expression an evaluator needs, with constants substituted.
+
+    Per-matrix summands are over ``s, c, p, r_max, d, kappa`` (+ ``u``, ``vartheta``, ``alpha_D``,
+    ``n``); combiners are over the placeholders named in the module docstring.  Lemma constants
+    (``C_sm, L_phi, B_phi``) are already replaced by the values in ``constants``.
+    """
+
+    constants: Mapping[str, sp.Expr]  #: values in force for C_sm, L_phi, B_phi
+    overridden: tuple[str, ...]  #: which of them the user supplied (not proved here)
+    variants: Mapping[str, str]  #: massart, dudley, activation, model
+
+    # Lipschitz (over c_A, c_V, c_in, c_out; Sigma_h = sum_h head_summand; mathcal_L = a layer)
+    head_summand: sp.Expr  #: ||V_h|| (1 + 2 C_sm ||A_h||)
+    layer_lipschitz: sp.Expr  #: L_l over c_in, c_out, Sigma_h
+    alpha_step: sp.Expr  #: alpha_{l-1} = mathcal_L_l * alpha_l, alpha_L = 1 (over mathcal_L, alpha)
+    gamma: Mapping[str, sp.Expr]  #: keys A, V, M_in, M_out, w
+    kappa: sp.Expr  #: B_w alpha gamma / rho
+
+    # entropies H(eps)
+    entropy_schatten: sp.Expr  #: p > 0, with the ceiling
+    entropy_rank: sp.Expr  #: p = 0
+    entropy_readout: sp.Expr  #: N log(1 + 2 B_w / eps)
+
+    # exact single-scale objective
+    ss_matrix_entropy: sp.Expr  #: H_j(u/kappa), p > 0
+    ss_matrix_entropy_rank: sp.Expr  #: H_j(u/kappa), p = 0
+    ss_readout_entropy: sp.Expr  #: H_w(rho u_w)
+    ss_objective: sp.Expr  #: over U_total, H_total, n
+
+    # closed form (balance_single_scale)
+    C_p: sp.Expr
+    a_matrix: sp.Expr  #: a_j, p > 0
+    a_matrix_rank: sp.Expr  #: a_j, p = 0
+    ss_matrix_term: sp.Expr  #: C_p (c_M a_j)^{1/(p+2)} + 1/n, p > 0
+    ss_matrix_term_rank: sp.Expr  #: sqrt(c_M a_j) + 1/n, p = 0
+    ss_readout_term: sp.Expr  #: sqrt(c_M N ell_w) + 1/n
+    ss_closed: sp.Expr  #: over T_sum: T_sum + ss_readout_term
+
+    # Dudley (exact integrand pieces and closed form)
+    dd_upper: sp.Expr  #: upper integration limit (1/4 centred, 1/2 uncentred)
+    dd_matrix_entropy: sp.Expr  #: H_j(vartheta u / kappa), p > 0
+    dd_matrix_entropy_rank: sp.Expr
+    dd_readout_entropy: sp.Expr  #: H_w(vartheta_w rho u)
+    dd_integral: sp.Expr  #: 4 alpha_D + 12/sqrt(n) Integral(sqrt(H_total), (u, alpha_D, upper))
+    dd_I_p: sp.Expr  #: int_alpha^upper u^{-p/2} du for p != 2 (also p = 0)
+    dd_I_2: sp.Expr  #: the same for p = 2
+    dd_a_matrix: sp.Expr  #: a^D_j, p > 0
+    dd_a_matrix_rank: sp.Expr
+    dd_matrix_piece: sp.Expr  #: sqrt(a^D_j) I_p, valid for 0 < p < 2 (use dd_matrix_piece_p2 at p = 2)
+    dd_matrix_piece_rank: sp.Expr
+    dd_matrix_piece_p2: sp.Expr  #: sqrt(a^D_j) I_2 at p = 2 (dd_matrix_piece is 0/0 there)
+    dd_readout_piece: sp.Expr
+    dd_closed: sp.Expr  #: over D_sum
+
+    # post hoc union and confidence
+    lambda_k: sp.Expr  #: lambda(k) over k
+    grid_m: sp.Expr  #: m = ceil(L + log N)
+    log_grid: sp.Expr  #: log(2 m + 1) over m_grid
+    log_rank_prior: sp.Expr  #: log(r_max + 1)
+    lambda_matrix: sp.Expr  #: per-matrix part of Lambda, p > 0 (over m_grid, k_c, k_s)
+    lambda_matrix_rank: sp.Expr  #: p = 0 (over m_grid, k_c, r_max)
+    Lambda_total: sp.Expr  #: over Lambda_sum, k_w, k_rho
+    confidence: sp.Expr  #: 3 sqrt((log(2/delta) + Lambda)/(2n))
+
+    bound: sp.Expr  #: hat_E + 2 Min(SS, DD) + confidence
+    corollary: sp.Expr  #: hat_E + 2 ss_closed + confidence (over T_sum, Lambda)
+    corollary_matrix_term: sp.Expr  #: 4 (c_M a_j)^{1/(p+2)} (explicit form, p > 0; p = 0 same at p=0)
+    corollary_explicit: sp.Expr  #: over T4_sum, J, Lambda
+
+    lemmas: Mapping[str, Lemma] = field(default_factory=lambda: REGISTRY, repr=False)
+
+    def items(self) -> Iterator[tuple[str, sp.Basic]]:
+        """(name, expression) for every expression field, gamma flattened as gamma_<type>."""
+        for f in fields(self):
+            if f.name in ("constants", "overridden", "variants", "lemmas"):
+                continue
+            value = getattr(self, f.name)
+            if isinstance(value, Mapping):
+                for key, expr in value.items():
+                    yield f"{f.name}_{key}", expr
+            else:
+                yield f.name, value
+
+
+def _exact(name: str, value: sp.Expr | float | int) -> sp.Expr:
+    """An exact positive SymPy number or expression from a user override (floats: exact binary)."""
+    if isinstance(value, bool):
+        raise DerivationError(f"override {name}: expected a positive number, got {value!r}")
+    if isinstance(value, float):
+        if not (value == value and abs(value) != float("inf")):
+            raise DerivationError(f"override {name}: expected a finite number, got {value!r}")
+        expr = sp.Rational(value)  # exact binary64 value, no decimal rounding
+    else:
+        try:
+            expr = sp.sympify(value)
+        except (sp.SympifyError, TypeError) as exc:
+            raise DerivationError(f"override {name}: not a number: {value!r}") from exc
+        if isinstance(expr, sp.Float):
+            expr = sp.Rational(expr)
+    if expr.free_symbols or expr.is_positive is not True or not expr.is_finite:
+        raise DerivationError(f"override {name}: expected a positive finite constant, got {value!r}")
+    return expr
+
+
+def assemble(
+    overrides: Mapping[str, sp.Expr | float | int] | None = None,
+    *,
+    massart: str = "centred",
+    dudley: str = "centred",
+    activation: str = "gelu",
+    model: str = "plain",
+) -> Theorem:
+    """Assemble the theorem from the lemma objects of :data:`REGISTRY`.
+
+    ``overrides`` replaces lemma constants by name (:data:`OVERRIDABLE`: ``C_sm``, ``L_phi``,
+    ``B_phi``); every downstream expression changes accordingly.  An override is the user's claim,
+    recorded in ``Theorem.overridden``.  ``massart``/``dudley`` pick the centred (default) or
+    uncentred chaining forms; ``activation`` the GELU or ReLU constants; ``model`` the analysis
+    model of THEORY.md section 1 or its residual variant (R).
+    """
+    chosen = {"massart": massart, "dudley": dudley, "activation": activation, "model": model}
+    for key, value in chosen.items():
+        if value not in VARIANTS[key]:
+            raise DerivationError(f"unknown {key} variant {value!r}; expected one of {VARIANTS[key]}")
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(OVERRIDABLE))
+    if unknown:
+        raise DerivationError(f"unknown constant(s) {unknown}; overridable: {sorted(OVERRIDABLE)}")
+    exact = tuple(sorted((name, _exact(name, value)) for name, value in overrides.items()))
+    # Theorems are immutable, so one assembly per distinct request is shared (assembly costs ~0.5 s).
+    return _assemble(exact, massart, dudley, activation, model)
+
+
+@functools.lru_cache(maxsize=32)
+def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str, model: str) -> Theorem:
+    chosen = {"massart": massart, "dudley": dudley, "activation": activation, "model": model}
+    overrides = dict(exact_overrides)
+    act = REGISTRY["gelu_constants"].constants if activation == "gelu" else lipschitz.relu_constants
+    values = {"C_sm": REGISTRY["softmax_linf_l1"].constants["C_sm"], "L_phi": act["L_phi"],
+              "B_phi": act["B_phi"]}
+    values.update(overrides)
+    subs = {OVERRIDABLE[name][0]: value for name, value in values.items()}
+
+    def fix(expr):
+        return expr.xreplace(subs) if isinstance(expr, sp.Basic) else expr
+
+    lip = REGISTRY["layer_lipschitz"].constants
+    if model == "plain":
+        gam, layer = REGISTRY["sensitivity_gamma"].constants, lip["layer"]
+    else:
+        res = REGISTRY["residual_variant"].constants
+        gam = {key: res[key] for key in ("A", "V", "M_in", "M_out")} | {"w": sp.Integer(1)}
+        layer = res["layer"]
+    net = REGISTRY["network_cover"].constants
+    kap = net["matrix_loss_sensitivity"] / rho
+
+    # entropies, with a common radius symbol eps
+    H_sch = REGISTRY["schatten_cover"].covering
+    H_rank = REGISTRY["rank_cover"].covering
+    eps_w = next(iter(net["readout_entropy"].free_symbols - {N, B_w}))
+    H_w = net["readout_entropy"].xreplace({eps_w: eps})
+
+    coeff = REGISTRY["massart_single_scale"].constants[
+        "coefficient" if massart == "centred" else "coefficient_uncentred"]
+
+    # closed form: restrict u >= 1/n, so eps_j = u/kappa >= 1/(n kappa) and the log factor is frozen
+    K_s = REGISTRY["schatten_cover"].constants["K_schatten"]
+    K_r = REGISTRY["rank_cover"].constants["K_rank"]
+    lbar = sp.log(1 + K_s * c / eps).xreplace({eps: 1 / (n * kappa)})
+    lbar_rank = sp.log(1 + K_r * c / eps).xreplace({eps: 1 / (n * kappa)})
+    r_bound = REGISTRY["schatten_cover"].constants["r_p_bound"]  # s 2^p eps^-p
+    a_sch = r_bound.xreplace({eps: 1 / kappa}) * d * lbar  # H_j(u/kappa) <= a_j u^-p
+    a_rank = sp.Min(s, r_max) * d * lbar_rank
+    bal = REGISTRY["balance_single_scale"].constants
+    Cp = bal["C_p"]
+    term = Cp * (coeff * a_sch) ** (1 / (p + 2)) + 1 / n
+    term_rank = bal["C_0"] * sp.sqrt(coeff * a_rank) + 1 / n
+    ell_w = H_w.xreplace({eps: rho / n}) / N  # log(1 + 2 n B_w / rho)
+    readout_term = sp.sqrt(coeff * N * ell_w) + 1 / n
+
+    # Dudley
+    dd = REGISTRY["dudley"].constants
+    upper = dd["upper" if dudley == "centred" else "upper_uncentred"]
+    I_p = sp.integrate(u ** (-p / 2), (u, alpha_D, upper), conds="none")
+    I_p = sp.simplify(I_p.args[-1][0] if isinstance(I_p, sp.Piecewise) else I_p)
+    I_2 = sp.integrate(u ** (-1), (u, alpha_D, upper))
+    aD = r_bound.xreplace({eps: vartheta / kappa}) * d * sp.log(1 + K_s * c / eps).xreplace(
+        {eps: vartheta * alpha_D / kappa})
+    aD_rank = sp.Min(s, r_max) * d * sp.log(1 + K_r * c / eps).xreplace({eps: vartheta * alpha_D / kappa})
+    dd_read = sp.sqrt(H_w.xreplace({eps: vartheta_w * rho * alpha_D})) * (upper - alpha_D)
+    dd_closed = dd["alpha_coeff"] * alpha_D + dd["integral_coeff"] / sp.sqrt(n) * (D_sum + dd_read)
+
+    ph = REGISTRY["posthoc_union"].constants
+    lam = ph["lambda"]
+    conf_base = REGISTRY["rademacher_generalization"].constants["confidence"]
+    confidence = conf_base.xreplace({sp.log(2 / delta): sp.log(2 / delta) + Lambda})
+    if confidence == conf_base:  # pragma: no cover - guards the substitution above
+        raise AssertionError("could not add Lambda to the confidence term")
+    bound = emp + REGISTRY["rademacher_generalization"].constants["rademacher_coeff"] * sp.Min(SS, DD) \
+        + confidence
+    ss_closed = T_sum + readout_term
+    cor_term = 2 * 2 * (coeff * a_sch) ** (1 / (p + 2))  # 2 C_p <= 4 on (0, 2]
+
+    exprs = dict(
+        head_summand=lip["head_summand"],
+        layer_lipschitz=layer,
+        alpha_step=lip["alpha_step"],
+        kappa=kap,
+        entropy_schatten=H_sch,
+        entropy_rank=H_rank,
+        entropy_readout=H_w,
+        ss_matrix_entropy=H_sch.xreplace({eps: u / kappa}),
+        ss_matrix_entropy_rank=H_rank.xreplace({eps: u / kappa}),
+        ss_readout_entropy=H_w.xreplace({eps: rho * u_w}),
+        ss_objective=U_total + sp.sqrt(coeff * H_total),
+        C_p=Cp,
+        a_matrix=a_sch,
+        a_matrix_rank=a_rank,
+        ss_matrix_term=term,
+        ss_matrix_term_rank=term_rank,
+        ss_readout_term=readout_term,
+        ss_closed=ss_closed,
+        dd_upper=upper,
+        dd_matrix_entropy=H_sch.xreplace({eps: vartheta * u / kappa}),
+        dd_matrix_entropy_rank=H_rank.xreplace({eps: vartheta * u / kappa}),
+        dd_readout_entropy=H_w.xreplace({eps: vartheta_w * rho * u}),
+        dd_integral=dd["alpha_coeff"] * alpha_D
+        + dd["integral_coeff"] / sp.sqrt(n) * sp.Integral(sp.sqrt(H_total), (u, alpha_D, upper)),
+        dd_I_p=I_p,
+        dd_I_2=I_2,
+        dd_a_matrix=aD,
+        dd_a_matrix_rank=aD_rank,
+        dd_matrix_piece=sp.sqrt(aD) * I_p,
+        dd_matrix_piece_rank=sp.sqrt(aD_rank) * I_p.xreplace({p: 0}),
+        dd_matrix_piece_p2=sp.sqrt(aD.xreplace({p: 2})) * I_2,
+        dd_readout_piece=dd_read,
+        dd_closed=dd_closed,
+        lambda_k=lam,
+        grid_m=ph["m"],
+        log_grid=ph["log_grid"],
+        log_rank_prior=ph["log_rank_prior"],
+        lambda_matrix=ph["log_grid"] + lam.xreplace({k: k_c}) + lam.xreplace({k: k_s}),
+        lambda_matrix_rank=ph["log_grid"] + lam.xreplace({k: k_c}) + ph["log_rank_prior"],
+        Lambda_total=lam.xreplace({k: k_w}) + lam.xreplace({k: k_rho}) + Lambda_sum,
+        confidence=confidence,
+        bound=bound,
+        corollary=bound.xreplace({sp.Min(SS, DD): ss_closed}),
+        corollary_matrix_term=cor_term,
+        corollary_explicit=emp + T4_sum + 2 * sp.sqrt(coeff * N * ell_w) + 2 * (J + 1) / n + confidence,
+    )
+    # Substitute the constants in force into EVERY expression, so no field can leak a free C_sm.
+    return Theorem(
+        constants=MappingProxyType(values),
+        overridden=tuple(sorted(overrides)),
+        variants=MappingProxyType(chosen),
+        gamma=MappingProxyType({key: fix(val) for key, val in gam.items()}),
+        **{name: fix(expr) for name, expr in exprs.items()},
+    )
+
+
+def diff_report(a: Theorem, b: Theorem) -> list[str]:
+    """Names of the expressions that differ between two assembled theorems, each with both forms.
+
+    Returns lines ``name: <a> -> <b>`` (an empty list when the theorems agree expression by
+    expression; comparison is structural after ``sympy.simplify`` of the difference).
+    """
+    out = []
+    bd = dict(b.items())
+    for name, ea in a.items():
+        eb = bd[name]
+        if ea == eb:
+            continue
+        try:
+            same = sp.simplify(ea - eb) == 0
+        except TypeError:  # relationals, integrals
+            same = False
+        if not same:
+            out.append(f"{name}: {sp.sstr(ea)} -> {sp.sstr(eb)}")
+    for key in sorted(set(a.constants) | set(b.constants)):
+        if a.constants.get(key) != b.constants.get(key):
+            out.insert(0, f"constant {key}: {a.constants.get(key)} -> {b.constants.get(key)}")
+    return out
+
+
+def unified_diff(a: str, b: str, names: tuple[str, str] = ("a", "b")) -> str:
+    """A unified diff of two renderings (used by the golden tests)."""
+    return "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True), *names))

@@ -1,0 +1,33 @@
+"""``specbound theorem``: print the theorem assembled from the SymPy lemma objects."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=("text", "markdown", "latex"), default="text",
+                        help="output format (default: text)")
+    parser.add_argument("--massart", choices=("centred", "uncentred"), default="centred",
+                        help="single-scale chaining form (default: centred, THEORY.md 10.1)")
+    parser.add_argument("--dudley", choices=("centred", "uncentred"), default="centred",
+                        help="Dudley form (default: centred, upper limit 1/4)")
+    parser.add_argument("--activation", choices=("gelu", "relu"), default="gelu")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a lemma constant (C_sm, L_phi, B_phi), e.g. --set C_sm=2")
+
+
+def run(args: argparse.Namespace) -> int:
+    from specbound.derivation.render import render
+    from specbound.derivation.theorem import DerivationError, assemble
+
+    overrides = {}
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise DerivationError(f"--set expects NAME=VALUE, got {item!r}")
+        overrides[name.strip()] = value.strip()
+    theorem = assemble(overrides, massart=args.massart, dudley=args.dudley, activation=args.activation)
+    sys.stdout.write(render(theorem, args.format))
+    return 0

@@ -1,0 +1,32 @@
+"""``specbound theorem``: renders, accepts overrides, rejects bad input with one line."""
+
+import subprocess
+import sys
+
+from specbound.cli import main
+
+
+def test_text_output_is_the_rendering(capsys):
+    assert main(["theorem"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("specbound: spectrum-adaptive")
+    assert "variants: massart=centred, dudley=centred" in out
+
+
+def test_override_is_shown(capsys):
+    assert main(["theorem", "--format", "markdown", "--set", "C_sm=2"]) == 0
+    assert "constant C_sm: $2$ (user override)" in capsys.readouterr().out
+
+
+def test_bad_override_is_one_error_line(capsys):
+    assert main(["theorem", "--set", "C_sm=-3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("specbound: error: override C_sm")
+
+
+def test_theorem_command_does_not_import_torch():
+    code = ("import sys, io, contextlib; from specbound.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()): main(['theorem'])\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,38 @@
+"""The rendered theorem is a golden file: any change to a lemma or the assembly shows up here.
+
+Regenerate after an intended change with
+    SPECBOUND_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/derivation/test_golden.py
+"""
+
+import os
+
+import pytest
+
+from specbound.derivation.render import FORMATS, render
+from specbound.derivation.theorem import assemble, unified_diff
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
+SUFFIX = {"text": "txt", "markdown": "md", "latex": "tex"}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_rendering_matches_golden_file(fmt):
+    path = os.path.join(GOLDEN, f"theorem.{SUFFIX[fmt]}")
+    current = render(assemble(), fmt)
+    if os.environ.get("SPECBOUND_UPDATE_GOLDEN") == "1":
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(current)
+    with open(path, encoding="utf-8") as fh:
+        golden = fh.read()
+    if current != golden:
+        pytest.fail(
+            f"rendered theorem ({fmt}) differs from {path}:\n"
+            + unified_diff(golden, current, (path, "current"))
+            + "\nIf the change is intended, regenerate with\n"
+            "  SPECBOUND_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/derivation/test_golden.py",
+            pytrace=False,
+        )
+
+
+def test_rendering_is_deterministic():
+    assert render(assemble(), "text") == render(assemble(), "text")
