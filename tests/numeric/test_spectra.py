@@ -1,0 +1,141 @@
+"""Batched singular values and norm summaries agree with per-matrix numpy on the same matrices."""
+
+import numpy as np
+import pytest
+import torch
+
+from specbound.matrices import AnalysisWeights, NamedMatrix
+from specbound.numeric import spectra as sp
+from specbound.numeric.spectra import (
+    FLOAT32_REL_TOL,
+    compute_spectra,
+    norm_summaries,
+    numerical_rank,
+    schatten_powers,
+)
+
+
+def mixed_matrices(seed=0):
+    """Dense and factored matrices of several shapes (three shape groups), some rank-deficient."""
+    rng = np.random.default_rng(seed)
+    mats = []
+    for h in range(3):
+        mats.append(NamedMatrix(0, h, "QK", rng.normal(size=(12, 3)), rng.normal(size=(3, 12))))
+        mats.append(NamedMatrix(0, h, "V_tilde", rng.normal(size=(12, 3)), rng.normal(size=(3, 12))))
+    mats.append(NamedMatrix(0, -1, "M_in", rng.normal(size=(12, 20))))
+    mats.append(NamedMatrix(0, -1, "M_out", rng.normal(size=(20, 12)) * 1e3))
+    mats.append(NamedMatrix(1, -1, "M_out", np.zeros((20, 12))))
+    return mats
+
+
+def test_singular_values_match_numpy_per_matrix():
+    mats = mixed_matrices()
+    s = compute_spectra(mats)
+    assert s.values.dtype == torch.float64
+    for j, m in enumerate(mats):
+        dense = m.left @ m.right if m.is_factored else m.left
+        ref = np.linalg.svd(dense, compute_uv=False)
+        got = s.sigma(j)
+        assert len(got) == min(dense.shape) == int(s.counts[j])
+        assert np.allclose(got, ref, rtol=0, atol=1e-12 * max(ref[0], 1e-300))
+        assert np.all(s.values[j, len(got):].numpy() == 0)  # padding is exact zero
+        assert s.frobenius[j].item() == pytest.approx(np.linalg.norm(dense), rel=1e-12, abs=0)
+        assert s.norm_21[j].item() == pytest.approx(np.linalg.norm(dense, axis=0).sum(), rel=1e-12, abs=0)
+        assert s.norm_11[j].item() == pytest.approx(np.abs(dense).sum(), rel=1e-12, abs=0)
+
+
+def test_one_svdvals_call_per_shape_group(monkeypatch):
+    calls = []
+    real = torch.linalg.svdvals
+
+    def counting(x, *a, **k):
+        calls.append(tuple(x.shape))
+        return real(x, *a, **k)
+
+    monkeypatch.setattr(torch.linalg, "svdvals", counting)
+    compute_spectra(mixed_matrices())
+    # groups: 12x12 rank-3 factored (QK and V_tilde together), 12x20 dense, 20x12 dense.
+    assert sorted(calls) == sorted([(6, 12, 12), (1, 12, 20), (2, 20, 12)])
+
+
+def test_memory_budget_splits_groups_without_changing_values():
+    mats = mixed_matrices()
+    whole = compute_spectra(mats)
+    split = compute_spectra(mats, max_batch_bytes=1)  # one matrix per call
+    assert torch.equal(whole.values, split.values) or torch.allclose(whole.values, split.values, rtol=1e-14, atol=0)
+
+
+def test_float32_within_stated_tolerance():
+    mats = mixed_matrices(seed=3)
+    s64 = compute_spectra(mats)
+    s32 = compute_spectra(mats, dtype=torch.float32)
+    assert s32.values.dtype == torch.float64
+    err = (s32.values - s64.values).abs().max(dim=1).values
+    assert bool((err <= FLOAT32_REL_TOL * s64.spectral).all())
+
+
+def test_product_of_factors_has_numerical_rank_of_inner_dimension():
+    s = compute_spectra(mixed_matrices())
+    ranks = numerical_rank(s.values, s.counts).tolist()
+    assert ranks[:6] == [3] * 6  # the trailing 9 values of each product are rounding noise
+    assert ranks[6:] == [12, 12, 0]
+
+
+def test_numerical_rank_threshold_is_strict_and_scaled():
+    # k = 4, sigma_1 = 2: threshold 1e-10 * 4 * 2 = 8e-10.  sigma_1 < 1: threshold uses 1.
+    values = torch.tensor([[2.0, 8.0001e-10, 8e-10, 0.0], [0.5, 4.0001e-10, 3.9e-10, 0.0]], dtype=torch.float64)
+    counts = torch.tensor([4, 4])
+    assert numerical_rank(values, counts).tolist() == [2, 2]
+
+
+def test_schatten_powers_match_a_loop_and_mask_zeros():
+    s = compute_spectra(mixed_matrices())
+    ps = torch.tensor([0.0, 0.1, 0.5, 1.0, 1.7, 2.0], dtype=torch.float64)
+    got = schatten_powers(s.values, s.counts, ps).numpy()
+    ranks = numerical_rank(s.values, s.counts).numpy()
+    for j in range(len(s)):
+        sigma = s.sigma(j)
+        for i, p in enumerate(ps.tolist()):
+            expected = ranks[j] if p == 0 else sum(x**p for x in sigma if x > 0)
+            assert got[j, i] == pytest.approx(expected, rel=1e-13, abs=0)
+    assert got[-1].tolist() == [0.0] * len(ps)  # the zero matrix: rank 0 and 0^p = 0
+
+
+def test_norm_summaries_of_known_matrix():
+    # diag(3, 4) padded: spectral 4, Frobenius 5, nuclear 7, stable rank 25/16.
+    w = np.zeros((2, 3))
+    w[0, 0], w[1, 1] = 3.0, -4.0
+    zero = NamedMatrix(0, -1, "M_out", np.zeros((3, 2)))
+    (a, z) = norm_summaries(compute_spectra([NamedMatrix(0, -1, "M_in", w), zero]))
+    assert (a.spectral, a.frobenius, a.nuclear, a.norm_21, a.norm_11) == pytest.approx((4, 5, 7, 7, 7), rel=1e-14)
+    assert a.numerical_rank == 2 and a.stable_rank == pytest.approx(25 / 16, rel=1e-14)
+    assert (a.name, a.rows, a.cols, a.type) == ("L0.M_in", 2, 3, "M_in")
+    assert z.spectral == 0 and z.stable_rank == 0 and z.numerical_rank == 0
+
+
+def test_accepts_analysis_weights():
+    mats = tuple(mixed_matrices()[:8])
+    w = AnalysisWeights(mats, num_layers=1, num_heads=3, width=12, head_dim=3, ff_dim=20)
+    assert torch.equal(compute_spectra(w).values, compute_spectra(list(mats)).values)
+
+
+def test_rejects_other_dtypes():
+    with pytest.raises(ValueError):
+        compute_spectra(mixed_matrices(), dtype=torch.float16)
+
+
+def test_resolve_device():
+    assert sp.resolve_device("cpu").type == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            sp.resolve_device("cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_matches_cpu():
+    mats = mixed_matrices()
+    cpu = compute_spectra(mats)
+    gpu = compute_spectra(mats, device="cuda")
+    assert gpu.values.device.type == "cuda"
+    scale = cpu.spectral.clamp(min=1e-300)[:, None]
+    assert bool((((gpu.values.cpu() - cpu.values).abs() / scale) <= 1e-12).all())
