@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from bert_reference import reference_proxies, weights_from_bert_tensors, write_random_bert
+from .bert_reference import reference_proxies, weights_from_bert_tensors, write_random_bert
 from safetensors.numpy import load_file
 
 from specbound.matrices import AnalysisWeights, NamedMatrix
