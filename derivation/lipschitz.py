@@ -87,6 +87,9 @@ gelu_constants = Lemma(
 )
 
 relu_constants = {"L_phi": sp.Integer(1), "B_phi": sp.Integer(1)}
+#: tanh-approximate GELU: L_phi has no closed form; 113/100 is the proven upper bound of
+#: proofs_notes/gelu_constants.md (step 6, an Arb enclosure of |phi'| plus a tail bound).
+gelu_tanh_constants = {"L_phi": sp.Rational(113, 100), "B_phi": sp.Integer(1)}
 
 layer_lipschitz = Lemma(
     name="layer_lipschitz",

@@ -76,7 +76,7 @@ OVERRIDABLE: Mapping[str, tuple[sp.Symbol, str]] = MappingProxyType({
 })
 
 VARIANTS = {"massart": ("centred", "uncentred"), "dudley": ("centred", "uncentred"),
-            "activation": ("gelu", "relu"), "model": ("plain", "residual")}
+            "activation": ("gelu", "gelu_tanh", "relu"), "model": ("plain", "residual")}
 
 
 @dataclass(frozen=True)
@@ -218,7 +218,8 @@ def assemble(
 def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str, model: str) -> Theorem:
     chosen = {"massart": massart, "dudley": dudley, "activation": activation, "model": model}
     overrides = dict(exact_overrides)
-    act = REGISTRY["gelu_constants"].constants if activation == "gelu" else lipschitz.relu_constants
+    act = {"gelu": REGISTRY["gelu_constants"].constants, "gelu_tanh": lipschitz.gelu_tanh_constants,
+           "relu": lipschitz.relu_constants}[activation]
     values = {"C_sm": REGISTRY["softmax_linf_l1"].constants["C_sm"], "L_phi": act["L_phi"],
               "B_phi": act["B_phi"]}
     values.update(overrides)

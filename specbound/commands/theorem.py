@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="single-scale chaining form (default: centred, THEORY.md 10.1)")
     parser.add_argument("--dudley", choices=("centred", "uncentred"), default="centred",
                         help="Dudley form (default: centred, upper limit 1/4)")
-    parser.add_argument("--activation", choices=("gelu", "relu"), default="gelu")
+    parser.add_argument("--activation", choices=("gelu", "gelu_tanh", "relu"), default="gelu")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a lemma constant (C_sm, L_phi, B_phi), e.g. --set C_sm=2")
 
