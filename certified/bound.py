@@ -1,0 +1,464 @@
+"""The certified bound: the main theorem of THEORY.md section 7 evaluated in Arb.
+
+Every formula is an expression of :func:`specbound.derivation.theorem.assemble`, compiled to ball
+arithmetic by :func:`specbound.derivation.backends.to_arb`; this module only decides *which*
+expression applies to which matrix and feeds it certified inputs:
+
+* radii ``c~_j = beta_c**k_c >= ||W_j||``, ``s~_j = beta_s**k_s >= S_{p_j}(W_j)`` (or a proven rank
+  for ``p_j = 0``), ``B~_w = beta_w**k_w >= ||w||`` (trained read-out) and ``rho~ = beta_rho**k_rho``
+  (:mod:`specbound.certified.radii`);
+* the plan's float choices (``p_j``, ``u``, ``alpha_D``, ``vartheta``), taken as exact binary
+  numbers.  THEORY.md sections 6-7: the theorem holds for every choice, so they cannot break it.
+
+Guarantee of :func:`certify_bound`: with probability >= 1 - delta over the sample, the 0-1 risk of
+the network is <= ``result.bound.upper()`` (when an empirical term is given; a user-supplied one is
+the user's claim).  ``SS`` is the minimum of the closed form and the exact single-scale objective
+at the plan's ``u``; ``DD`` is the Dudley closed form at the plan's ``alpha_D``, ``vartheta``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Sequence
+
+import numpy as np
+import sympy as sp
+from flint import arb, fmpq
+
+from specbound.certified.arb import WORK_PREC, precision, sum_arb
+from specbound.certified.enclosure import SingularValueEnclosure
+from specbound.certified.radii import MatrixRounding, index_up, power_ball, round_matrix
+from specbound.derivation import symbols as S
+from specbound.derivation.backends import to_arb
+from specbound.errors import CertificationError
+from specbound.matrices import AnalysisWeights
+from specbound.plan import BoundPlan, BoundSettings
+
+#: the theorem's gamma keys of the covered matrix types
+GAMMA_KEY = {"QK": "A", "V_tilde": "V", "M_in": "M_in", "M_out": "M_out"}
+
+
+# ------------------------------------------------------------------------------------------------
+# compiled theorem
+
+
+@dataclass(frozen=True)
+class Evaluators:
+    """Arb callables of every theorem expression the bound needs (compiled once per theorem).
+
+    ``fixed``: the read-out is fixed (THEORY.md section 7, last paragraph): the expressions drop
+    H_w, u_w and lambda(k_w) -- obtained from the theorem's own fields by removing the read-out
+    summand, not retyped.
+    """
+
+    theorem: object
+    fixed: bool
+    head: object
+    layer: object
+    step: object
+    gamma: dict
+    kappa: object
+    ss_term: object
+    ss_term_rank: object
+    ss_closed: object
+    ss_entropy: object
+    ss_entropy_rank: object
+    ss_entropy_w: object
+    ss_objective: object
+    dd_piece: object
+    dd_piece_p2: object
+    dd_piece_rank: object
+    dd_closed: object
+    lam_matrix: object
+    lam_matrix_rank: object
+    Lambda_total: object
+    confidence: object
+    complexity: object
+    bound: object
+    grid_m: object
+    expressions: dict = field(default_factory=dict, repr=False)
+
+
+def theorem_for(settings: BoundSettings, activation: str):
+    """The assembled theorem in force for ``settings`` and the network's activation."""
+    from specbound.derivation.theorem import assemble
+
+    act = {"gelu": "gelu", "relu": "relu"}.get(activation)
+    if act is None and activation == "gelu_tanh" and {"L_phi", "B_phi"} <= dict(settings.overrides).keys():
+        act = "gelu"  # both activation constants are the user's (recorded as overridden)
+    if act is None:
+        raise CertificationError(
+            f"activation {activation!r} has no proven constants in the theorem; override L_phi and B_phi")
+    return assemble(dict(settings.overrides) or None, massart=settings.massart,
+                    dudley=settings.dudley, activation=act)
+
+
+def readout_free_forms(T) -> dict[str, sp.Expr]:
+    """The combiners of a *fixed* read-out, derived from the theorem's fields by deleting the
+    read-out's summand (each derivation is checked to change the expression)."""
+    ss = sp.expand(T.ss_closed - T.ss_readout_term)
+    dd = T.dd_closed.xreplace({T.dd_readout_piece: sp.Integer(0)})
+    lam = T.Lambda_total - T.lambda_k.xreplace({S.k: S.k_w})
+    if ss.has(S.B_w) or dd.has(S.vartheta_w) or lam.has(S.k_w):
+        raise AssertionError("could not remove the read-out summand from the theorem")
+    return {"ss_closed": ss, "dd_closed": dd, "Lambda_total": lam}
+
+
+_CACHE: dict[tuple[int, bool], Evaluators] = {}
+
+
+def _evaluators(T, fixed: bool) -> Evaluators:
+    # theorems are not hashable; assemble() returns the same object for the same request
+    key = (id(T), fixed)
+    hit = _CACHE.get(key)
+    if hit is not None and hit.theorem is T:
+        return hit
+    _CACHE[key] = ev = _compile(T, fixed)
+    return ev
+
+
+def _compile(T, fixed: bool) -> Evaluators:
+    free = readout_free_forms(T) if fixed else {}
+    ss_closed = free.get("ss_closed", T.ss_closed)
+    dd_closed = free.get("dd_closed", T.dd_closed)
+    lam_total = free.get("Lambda_total", T.Lambda_total)
+    complexity = sp.expand(T.bound - T.confidence - S.emp)  # 2 Min(SS, DD), from the theorem
+    if complexity.has(S.emp) or complexity.has(S.delta):
+        raise AssertionError("could not isolate the complexity term of the bound")
+    per = (S.c, S.d, S.kappa, S.n, S.p, S.r_max, S.s)
+    ent = (S.c, S.d, S.kappa, S.p, S.r_max, S.s, S.u)
+    ddargs = (S.alpha_D, S.c, S.d, S.kappa, S.p, S.r_max, S.s, S.vartheta)
+    glob = (S.B_w, S.N, S.n, S.rho)
+    exprs = {"complexity": complexity, "ss_closed": ss_closed, "dd_closed": dd_closed,
+             "Lambda_total": lam_total}
+    return Evaluators(
+        theorem=T,
+        fixed=fixed,
+        head=to_arb(T.head_summand, (S.c_A, S.c_V)),
+        layer=to_arb(T.layer_lipschitz, (S.c_in, S.c_out, S.head_sum)),
+        step=to_arb(T.alpha_step, (S.layer_L, S.alpha)),
+        gamma={key: to_arb(expr, (S.c_V, S.c_in, S.c_out)) for key, expr in T.gamma.items()},
+        kappa=to_arb(T.kappa, (S.B_w, S.alpha, S.gamma, S.rho)),
+        ss_term=to_arb(T.ss_matrix_term, per),
+        ss_term_rank=to_arb(T.ss_matrix_term_rank, per),
+        ss_closed=to_arb(ss_closed, glob + (S.T_sum,)),
+        ss_entropy=to_arb(T.ss_matrix_entropy, ent),
+        ss_entropy_rank=to_arb(T.ss_matrix_entropy_rank, ent),
+        ss_entropy_w=to_arb(T.ss_readout_entropy, (S.B_w, S.N, S.rho, S.u_w)),
+        ss_objective=to_arb(T.ss_objective, (S.H_total, S.U_total, S.n)),
+        dd_piece=to_arb(T.dd_matrix_piece, ddargs),
+        dd_piece_p2=to_arb(T.dd_matrix_piece_p2, ddargs),
+        dd_piece_rank=to_arb(T.dd_matrix_piece_rank, ddargs),
+        dd_closed=to_arb(dd_closed, glob + (S.alpha_D, S.D_sum, S.vartheta_w)),
+        lam_matrix=to_arb(T.lambda_matrix, (S.k_c, S.k_s, S.m_grid, S.r_max)),
+        lam_matrix_rank=to_arb(T.lambda_matrix_rank, (S.k_c, S.k_s, S.m_grid, S.r_max)),
+        Lambda_total=to_arb(lam_total, (S.Lambda_sum, S.k_rho, S.k_w)),
+        confidence=to_arb(T.confidence, (S.Lambda, S.delta, S.n)),
+        complexity=to_arb(complexity, (S.DD, S.SS)),
+        bound=to_arb(T.bound, (S.DD, S.Lambda, S.SS, S.delta, S.emp, S.n)),
+        grid_m=to_arb(T.grid_m, (S.L, S.N)),
+        expressions=exprs,
+    )
+
+
+def evaluators(settings: BoundSettings, activation: str, fixed: bool) -> Evaluators:
+    return _evaluators(theorem_for(settings, activation), fixed)
+
+
+# ------------------------------------------------------------------------------------------------
+# records
+
+
+def q(x) -> fmpq:
+    """An exact fmpq from a Fraction, int or float (a float is its exact binary value)."""
+    f = Fraction(x)
+    return fmpq(f.numerator, f.denominator)
+
+
+def decimal_fraction(x: float) -> Fraction:
+    """The rational the user typed for a float parameter (its shortest decimal repr), e.g. 0.05 -> 1/20."""
+    return Fraction(repr(float(x)))
+
+
+@dataclass(frozen=True)
+class MatrixBound:
+    """One covered matrix in the certified bound (every ball encloses the stated real)."""
+
+    layer: int
+    head: int
+    type: str
+    shape: tuple[int, int]
+    spectral_norm: arb  #: ||W_j||
+    schatten_power: arb  #: S_p(W_j) at the chosen p (rank ball for p = 0)
+    proven_rank: int  #: a proven upper bound on rank(W_j)
+    r_max: int  #: structural rank cap of the prior
+    p: Fraction
+    k_c: int
+    k_s: int | None
+    c_radius: arb  #: c~_j = beta_c**k_c
+    s_radius: arb  #: s~_j = beta_s**k_s, or the proven rank for p = 0
+    gamma: arb
+    alpha: arb  #: alpha of the matrix's layer
+    kappa: arb
+    contribution: arb  #: its closed-form single-scale term
+    ss_entropy: arb  #: H_j(u_j / kappa_j)
+    dd_piece: arb  #: its Dudley closed-form piece
+    lam: arb  #: its part of Lambda
+    u: Fraction
+    vartheta: Fraction
+
+    @property
+    def name(self) -> str:
+        return f"L{self.layer}.{self.type}" if self.head < 0 else f"L{self.layer}.H{self.head}.{self.type}"
+
+
+@dataclass(frozen=True)
+class CertifiedBound:
+    """Every intermediate ball of one certified evaluation, plus what was asked and chosen.
+
+    ``bound`` is None when no empirical term was supplied (then ``partial`` = complexity +
+    confidence is what is certified, and it is *not* a bound on the risk).
+    """
+
+    settings: BoundSettings
+    plan: BoundPlan
+    m: int
+    bases: dict  #: name -> Fraction (beta_c, beta_s, beta_w, beta_rho)
+    delta: Fraction
+    matrices: tuple[MatrixBound, ...]
+    layer_lipschitz: tuple[arb, ...]
+    alphas: tuple[arb, ...]
+    readout: str  #: "trained" or "fixed"
+    readout_norm: arb  #: ||w|| (1 for a missing read-out)
+    k_w: int | None
+    B_w: arb
+    k_rho: int
+    rho: arb
+    ss_closed: arb
+    ss_exact: arb
+    SS: arb
+    DD: arb
+    Lambda: arb
+    confidence: arb
+    complexity: arb  #: 2 min(SS, DD)
+    empirical: arb | None
+    bound: arb | None
+    partial: arb  #: complexity + confidence
+    alpha_D: Fraction
+    vartheta_w: Fraction | None
+    u_w: Fraction | None
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def upper(self) -> arb | None:
+        """The certified number: upper endpoint of the bound (None without an empirical term)."""
+        return None if self.bound is None else self.bound.upper()
+
+    def balls(self) -> dict[str, arb]:
+        """The scalar intermediate balls by name (for the certificate and for comparison)."""
+        out = {"readout_norm": self.readout_norm, "B_w": self.B_w, "rho": self.rho,
+               "ss_closed": self.ss_closed, "ss_exact": self.ss_exact, "SS": self.SS, "DD": self.DD,
+               "Lambda": self.Lambda, "confidence": self.confidence, "complexity": self.complexity,
+               "partial": self.partial}
+        for i, (a, lip) in enumerate(zip(self.alphas, self.layer_lipschitz)):
+            out[f"alpha_{i}"] = a
+            out[f"layer_lipschitz_{i}"] = lip
+        if self.empirical is not None:
+            out["empirical"] = self.empirical
+        if self.bound is not None:
+            out["bound"] = self.bound
+        return out
+
+
+# ------------------------------------------------------------------------------------------------
+# evaluation
+
+
+def readout_ball(w: np.ndarray | None) -> arb:
+    """Ball containing ||w||_2 of the float64 read-out taken as exact (1 for a missing read-out)."""
+    if w is None:
+        return arb(1)
+    w = np.asarray(w, dtype=np.float64).ravel()
+    if not np.all(np.isfinite(w)):
+        raise CertificationError("read-out vector contains NaN or Inf")
+    with precision(WORK_PREC):
+        total = sum_arb(arb(float(v)) ** 2 for v in w)  # exact squares, sum rounded outward
+        return total.sqrt() if total > 0 else arb(0)
+
+
+def grid_m(settings: BoundSettings, weights: AnalysisWeights, ev: Evaluators | None = None) -> int:
+    """m of P_m: the user's, else the theorem's ``grid_m`` (ceiling of an upper endpoint: an
+    integer >= ceil(L + log N); any fixed m is valid, this one is reproducible)."""
+    if settings.grid_m is not None:
+        return int(settings.grid_m)
+    ev = ev or evaluators(settings, weights.activation, False)
+    with precision(WORK_PREC):
+        return int(ev.grid_m(weights.num_layers, weights.width).mid().floor().unique_fmpz())
+
+
+def _positive_choice(value: float, what: str) -> Fraction:
+    f = Fraction(float(value))
+    if not f > 0:
+        raise CertificationError(f"plan: {what} must be > 0, got {value!r}")
+    return f
+
+
+def certify_bound(
+    weights: AnalysisWeights,
+    settings: BoundSettings,
+    plan: BoundPlan,
+    enclosures: Sequence[SingularValueEnclosure],
+    empirical: arb | None,
+    *,
+    roundings: Sequence[MatrixRounding] | None = None,
+    k_w: int | None = None,
+) -> CertifiedBound:
+    """Evaluate the main theorem in Arb for ``weights`` at the grid point the plan selects.
+
+    ``enclosures[j]`` must be a certified enclosure of ``weights.matrices[j]``; ``empirical`` a
+    ball whose upper endpoint is >= the empirical ramp loss at margin ``rho~`` (or None).
+    Returns every intermediate ball; ``result.bound.upper()`` is the certified bound.
+
+    ``roundings`` / ``k_w`` (for a verifier) impose given grid points instead of the minimal ones;
+    the caller must have checked that they dominate certified enclosures
+    (:func:`specbound.certified.radii.dominates`), otherwise the result is not a bound.
+    """
+    J = len(weights.matrices)
+    if len(enclosures) != J:
+        raise CertificationError(f"expected {J} enclosures, got {len(enclosures)}")
+    if len(plan.p_index) != J or len(plan.u) != J or len(plan.vartheta) != J:
+        raise CertificationError(f"plan covers {len(plan.p_index)} matrices, the network has {J}")
+    readout = settings.readout
+    notes = {}
+    if readout == "trained" and weights.readout is None:
+        readout = "fixed"
+        notes["readout"] = "checkpoint has no read-out: a fixed unit vector (B_w = 1) is assumed"
+    fixed = readout == "fixed"
+    ev = evaluators(settings, weights.activation, fixed)
+    m = grid_m(settings, weights, ev)
+    if plan.m != m:
+        raise CertificationError(f"plan uses the grid m = {plan.m}, the settings fix m = {m}")
+    L = weights.num_layers
+    bases = {"beta_c": settings.base_c(L), "beta_s": Fraction(settings.beta_s),
+             "beta_w": Fraction(settings.beta_w), "beta_rho": Fraction(settings.beta_rho)}
+    n = settings.n
+    delta = decimal_fraction(settings.delta)
+
+    with precision(WORK_PREC):
+        rounded: list[MatrixRounding] = []
+        for j, enc in enumerate(enclosures):
+            if not 0 <= plan.p_index[j] <= 2 * m:
+                raise CertificationError(f"plan: p index {plan.p_index[j]} is not on P_m (m = {m})")
+            if roundings is not None:
+                rounded.append(roundings[j])
+            else:
+                rounded.append(round_matrix(enc, plan.p(j), bases["beta_c"], bases["beta_s"]))
+        c = [power_ball(bases["beta_c"], r.k_c) for r in rounded]
+
+        # per-layer Lipschitz constants and amplifications alpha_l = prod_{k > l} L_k (radii only)
+        idx = {(mat.layer, mat.kind, mat.head): j for j, mat in enumerate(weights.matrices)}
+
+        def radius(layer, kind, head=-1):
+            return c[idx[(layer, kind, head)]]
+
+        lips = []
+        for l in range(L):
+            heads = sum_arb(ev.head(radius(l, "QK", h), radius(l, "V_tilde", h))
+                            for h in range(weights.num_heads))
+            lips.append(ev.layer(radius(l, "M_in"), radius(l, "M_out"), heads))
+        alphas = [arb(1)] * L
+        for l in range(L - 2, -1, -1):
+            alphas[l] = ev.step(lips[l + 1], alphas[l + 1])
+
+        # read-out radius and margin
+        w_norm = readout_ball(weights.readout)
+        if fixed:
+            k_w, B_w = None, w_norm
+        else:
+            k_w = index_up(w_norm, bases["beta_w"]) if k_w is None else int(k_w)
+            B_w = power_ball(bases["beta_w"], k_w)
+        if not B_w > 0:
+            raise CertificationError("the read-out is zero: the network is constant, no margin bound")
+        rho = power_ball(bases["beta_rho"], plan.k_rho)
+
+        alpha_D = _positive_choice(plan.alpha_D, "alpha_D")
+        upper_limit = Fraction(str(ev.theorem.dd_upper))
+        if alpha_D > upper_limit:
+            raise CertificationError(f"plan: alpha_D = {plan.alpha_D} exceeds {upper_limit}")
+        # Dudley weights must be > 0 with sum <= 1: rescale the exact values if floats overshoot.
+        theta = [_positive_choice(v, "vartheta") for v in plan.vartheta]
+        theta_w = None if fixed else _positive_choice(plan.vartheta_w, "vartheta_w")
+        total = sum(theta) + (theta_w or 0)
+        if total > 1:
+            theta = [t / total for t in theta]
+            theta_w = None if fixed else theta_w / total
+        us = [Fraction(float(v)) for v in plan.u]
+        u_w = None if fixed else _positive_choice(plan.u_w, "u_w")
+
+        records = []
+        for j, (mat, r) in enumerate(zip(weights.matrices, rounded)):
+            l = mat.layer
+            g = ev.gamma[GAMMA_KEY[mat.kind]](
+                radius(l, "V_tilde", mat.head) if mat.kind == "QK" else arb(1),
+                radius(l, "M_in"), radius(l, "M_out"))
+            kap = ev.kappa(B_w, alphas[l], g, rho)
+            shape = mat.shape
+            d, r_max = shape[0] + shape[1], mat.rank_cap
+            if r.p == 0:
+                s_rad = arb(r.rank)
+                args = (c[j], d, kap, n, 0, r_max, r.rank)
+                term = ev.ss_term_rank(*args)
+                lam = ev.lam_matrix_rank(r.k_c, 0, m, r_max)
+            else:
+                s_rad = power_ball(bases["beta_s"], r.k_s)
+                args = (c[j], d, kap, n, q(r.p), r_max, s_rad)
+                term = ev.ss_term(*args)
+                lam = ev.lam_matrix(r.k_c, r.k_s, m, r_max)
+            # exact single-scale entropy at u_j; a rank-0 matrix has entropy exactly 0
+            # (never evaluate 0 * log(inf) at a degenerate u).
+            if r.p == 0 and r.rank == 0:
+                ent = arb(0)
+                piece = arb(0)
+            else:
+                if not us[j] > 0:
+                    raise CertificationError(f"plan: u of {mat.name} must be > 0")
+                if r.p == 0:
+                    ent = ev.ss_entropy_rank(c[j], d, kap, 0, r_max, r.rank, q(us[j]))
+                    piece = ev.dd_piece_rank(q(alpha_D), c[j], d, kap, 0, r_max, r.rank, q(theta[j]))
+                else:
+                    ent = ev.ss_entropy(c[j], d, kap, q(r.p), r_max, s_rad, q(us[j]))
+                    fn = ev.dd_piece_p2 if r.p == 2 else ev.dd_piece
+                    piece = fn(q(alpha_D), c[j], d, kap, q(r.p), r_max, s_rad, q(theta[j]))
+            records.append(MatrixBound(
+                layer=l, head=mat.head, type=mat.kind, shape=shape, spectral_norm=r.spectral,
+                schatten_power=r.schatten, proven_rank=r.rank, r_max=r_max, p=r.p, k_c=r.k_c,
+                k_s=r.k_s, c_radius=c[j], s_radius=s_rad, gamma=g, alpha=alphas[l], kappa=kap,
+                contribution=term, ss_entropy=ent, dd_piece=piece, lam=lam, u=us[j],
+                vartheta=theta[j]))
+
+        N = weights.width
+        T_sum = sum_arb(rec.contribution for rec in records)
+        ss_closed = ev.ss_closed(B_w, N, n, rho, T_sum)
+        H_total = sum_arb(rec.ss_entropy for rec in records)
+        U_total = sum_arb(arb(q(u)) for u, rec in zip(us, records) if not (rec.p == 0 and rec.proven_rank == 0))
+        if not fixed:
+            H_total += ev.ss_entropy_w(B_w, N, rho, q(u_w))
+            U_total += arb(q(u_w))
+        ss_exact = ev.ss_objective(H_total, U_total, n)
+        SS = arb.min(ss_closed, ss_exact)
+        D_sum = sum_arb(rec.dd_piece for rec in records)
+        DD = ev.dd_closed(B_w, N, n, rho, q(alpha_D), D_sum, q(theta_w) if theta_w else 1)
+        Lambda_sum = sum_arb(rec.lam for rec in records)
+        Lambda = ev.Lambda_total(Lambda_sum, plan.k_rho, k_w if k_w is not None else 0)
+        conf = ev.confidence(Lambda, q(delta), n)
+        complexity = ev.complexity(DD, SS)
+        bound = None if empirical is None else ev.bound(DD, Lambda, SS, q(delta), empirical, n)
+        partial = complexity + conf
+
+    return CertifiedBound(
+        settings=settings, plan=plan, m=m, bases=bases, delta=delta, matrices=tuple(records),
+        layer_lipschitz=tuple(lips), alphas=tuple(alphas), readout=readout, readout_norm=w_norm,
+        k_w=k_w, B_w=B_w, k_rho=plan.k_rho, rho=rho, ss_closed=ss_closed, ss_exact=ss_exact, SS=SS,
+        DD=DD, Lambda=Lambda, confidence=conf, complexity=complexity, empirical=empirical,
+        bound=bound, partial=partial, alpha_D=alpha_D, vartheta_w=theta_w, u_w=u_w, notes=notes)

@@ -1,0 +1,181 @@
+"""``specbound certify [CHECKPOINT]``: the certified bound of a checkpoint (default: the embedded model).
+
+Prints the certified bound (an upper endpoint of an Arb ball), its parts (empirical term with its
+source, complexity term 2 min(SS, DD), confidence term) and a per-matrix table.  Without data and
+without ``--empirical-loss`` for a checkpoint with no recorded task (e.g. BERT) only the certified
+complexity + confidence part is printed, and it is said that this is not a bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from specbound.errors import SpecboundError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", nargs="?", default=None,
+                        help="safetensors / .pt / .npz file or Hugging Face folder (default: embedded model)")
+    parser.add_argument("--n", default=None, metavar="N", help="sample size of the empirical term")
+    parser.add_argument("--delta", default="0.05", metavar="D", help="confidence parameter in (0, 1)")
+    parser.add_argument("--margin", default=None, metavar="RHO",
+                        help="margin rho (rounded down onto the grid); default: chosen by the planner")
+    parser.add_argument("--empirical-loss", default=None, metavar="E",
+                        help="user-supplied empirical ramp loss in [0, 1] (NOT certified; needs --n)")
+    parser.add_argument("--data", default=None, metavar="FILE",
+                        help=".npz data file (labels + tokens or inputs): certified empirical loss")
+    parser.add_argument("--samples", default=None, metavar="N",
+                        help="fresh samples of the model's recorded task (default 2000)")
+    parser.add_argument("--seed", default=None, metavar="S", help="seed of those samples (default 3)")
+    parser.add_argument("--num-heads", default=None, metavar="H",
+                        help="attention heads (needed for a BERT state dict without config.json)")
+    parser.add_argument("--readout", choices=("trained", "fixed"), default="trained",
+                        help="read-out fitted on the sample (covered) or fixed in advance")
+    parser.add_argument("--out", default=None, metavar="CERT.json", help="write the certificate JSON")
+    parser.add_argument("--json", action="store_true", help="print the certificate JSON instead of tables")
+    parser.add_argument("--cross-check", action="store_true",
+                        help="also check the fast float path against the certified values")
+
+
+def _int(text, what: str, minimum: int = 1) -> int | None:
+    if text is None:
+        return None
+    try:
+        value = int(str(text))
+    except ValueError:
+        raise SpecboundError(f"{what} must be an integer, got {text!r}") from None
+    if value < minimum:
+        raise SpecboundError(f"{what} must be >= {minimum}, got {value}")
+    return value
+
+
+def _float(text, what: str) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(str(text))
+    except ValueError:
+        raise SpecboundError(f"{what} must be a number, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise SpecboundError(f"{what} must be finite, got {text!r}")
+    return value
+
+
+def _settings_kwargs(args) -> dict:
+    from specbound.plan import BoundSettings
+
+    n = _int(args.n, "--n")
+    delta = _float(args.delta, "--delta")
+    margin = _float(args.margin, "--margin")
+    emp = _float(args.empirical_loss, "--empirical-loss")
+    # validate early (one line, before any work)
+    BoundSettings(n=n or 1, delta=delta, margin=margin, empirical=emp, readout=args.readout)
+    if args.data is not None and emp is not None:
+        raise SpecboundError("give either --data or --empirical-loss, not both")
+    return {"n": n, "delta": delta, "margin": margin, "empirical": emp, "readout": args.readout,
+            "samples": _int(args.samples, "--samples"), "seed": _int(args.seed, "--seed", 0),
+            "num_heads": _int(args.num_heads, "--num-heads")}
+
+
+def _up(x) -> str:
+    from specbound.certified.certificate import decimal_up
+
+    return decimal_up(x, 6)
+
+
+def _source_line(result) -> str:
+    src = result.source
+    if src.kind == "data":
+        return f"certified on data file {src.detail.get('path')} (n = {result.bound.settings.n})"
+    if src.kind == "task":
+        d = src.detail
+        return f"certified on {d['n']} fresh samples of task {d['task']['name']} (seed {d['seed']})"
+    if src.kind == "user":
+        return "user-supplied, NOT certified"
+    return "missing"
+
+
+def print_result(result) -> None:
+    from rich.table import Table
+
+    from specbound.commands.proxies import console
+
+    b = result.bound
+    out = console()
+    st = b.settings
+    out.print(f"checkpoint: {result.checkpoint['path']}  (sha256 {result.checkpoint['sha256'][:16]}...)")
+    out.print(f"n = {st.n}, delta = {b.delta}, margin rho~ = {_up(b.rho)} (beta_rho^{b.k_rho}), "
+              f"read-out {b.readout}, grid m = {b.m}")
+    for note in b.notes.values():
+        out.print(f"note: {note}")
+    if b.bound is not None:
+        out.print(f"[bold]certified bound on the 0-1 risk: {_up(b.bound)}[/bold]"
+                  + ("  (the empirical term is user-supplied: NOT certified)" if not result.source.certified else ""))
+        out.print(f"  empirical ramp loss  {_up(b.empirical)}   ({_source_line(result)})")
+    else:
+        out.print("[bold]no empirical term[/bold] (no data, no task, no --empirical-loss): this is NOT a bound")
+        out.print(f"certified complexity + confidence: {_up(b.partial)}")
+    out.print(f"  complexity 2min(SS,DD) {_up(b.complexity)}   (SS = {_up(b.SS)}, DD = {_up(b.DD)})")
+    out.print(f"  confidence             {_up(b.confidence)}   (Lambda = {_up(b.Lambda)})")
+    table = Table(title="per-matrix (certified upper endpoints)")
+    for col in ("type", "layer", "head", "spectral norm", "p", "proven rank", "contribution"):
+        table.add_column(col, justify="left" if col == "type" else "right")
+    for r in b.matrices:
+        table.add_row(r.type, str(r.layer), "-" if r.head < 0 else str(r.head), _up(r.spectral_norm),
+                      str(r.p), str(r.proven_rank), _up(r.contribution))
+    out.print(table)
+    sec = result.seconds
+    out.print("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in sec.items()))
+
+
+def run(args: argparse.Namespace) -> int:
+    from specbound.certified.certificate import to_json
+    from specbound.pipeline import certify
+    from specbound.progress import should_show
+
+    kw = _settings_kwargs(args)
+    result = certify(args.checkpoint, data=args.data, show_progress=should_show(args.json), **kw)
+    cert = to_json(result)
+    if args.cross_check:
+        cert["cross_check"] = _cross_check(result)
+    if args.out:
+        _write(args.out, cert)
+    if args.json:
+        sys.stdout.write(json.dumps(cert, indent=2) + "\n")
+        return 1 if args.cross_check and cert["cross_check"]["ok"] is False else 0
+    print_result(result)
+    if args.cross_check:
+        print(cert["cross_check"]["summary"])
+    if args.out:
+        print(f"certificate written to {args.out}")
+    if args.cross_check and cert["cross_check"]["ok"] is False:
+        return 1
+    return 0
+
+
+def _write(path, cert) -> None:
+    from specbound.output import write_json_atomic
+
+    write_json_atomic(path, cert)
+
+
+def _cross_check(result) -> dict:
+    """Fast float path (numeric.bound.evaluate) at the same plan vs the certified balls."""
+    from dataclasses import replace
+
+    try:
+        from specbound.numeric.bound import evaluate
+        from specbound.numeric.crosscheck import crosscheck
+    except ImportError:
+        return {"ok": None, "summary": "unavailable (specbound.numeric.crosscheck is not installed)"}
+    from specbound.certified.arb import float_upper
+
+    b = result.bound
+    st = b.settings
+    if st.empirical is None and b.empirical is not None:
+        st = replace(st, empirical=min(1.0, float_upper(b.empirical)))
+    numeric = evaluate(result.weights, st, b.plan)
+    rep = crosscheck(numeric, b, result.enclosures)
+    return {"ok": rep.ok, "checked": rep.checked, "summary": rep.summary()}

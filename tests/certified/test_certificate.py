@@ -1,0 +1,130 @@
+"""The certificate round trip: verify accepts its own certificate and rejects tampered ones."""
+
+import copy
+import json
+from fractions import Fraction
+
+import pytest
+
+from specbound.certified.certificate import (
+    CertificateError, decimal_up, read, to_json, verify,
+)
+from specbound.pipeline import certify
+
+REQUIRED = ("format", "checkpoint", "settings", "versions", "plan", "choices", "empirical_source",
+            "balls", "matrices", "result")
+MATRIX_KEYS = ("layer", "head", "type", "spectral_norm", "schatten_power", "proven_rank", "p", "k_c",
+               "k_s", "contribution")
+
+
+def mixed_plan(n=2000):
+    """A hand-made plan with every kind of p (any plan is valid: THEORY.md sections 6-7)."""
+    from specbound.certified.bound import grid_m
+    from specbound.checkpoint import load_weights
+    from specbound.plan import BoundPlan, BoundSettings
+
+    w = load_weights(None)
+    m = grid_m(BoundSettings(n=n), w)
+    J = len(w.matrices)
+    return BoundPlan(m=m, p_index=tuple((5 * j) % (2 * m + 1) for j in range(J)), k_rho=1,
+                     u=(0.05,) * J, u_w=0.05, alpha_D=0.02, vartheta=(1 / (J + 1),) * J,
+                     vartheta_w=1 / (J + 1))
+
+
+@pytest.fixture(scope="module")
+def user_cert():
+    """Default model with a user-supplied empirical loss (no forward passes: fast)."""
+    cert = to_json(certify(None, n=2000, empirical=0.0, margin=2.0, plan=mixed_plan()))
+    assert {r["p"] for r in cert["matrices"]} >= {"0", "2"}
+    return cert
+
+
+@pytest.fixture(scope="module")
+def task_cert():
+    """Default model, empirical term certified on 12 fresh task samples."""
+    return to_json(certify(None, samples=12, seed=5))
+
+
+def test_certificate_has_the_documented_fields(user_cert):
+    for key in REQUIRED:
+        assert key in user_cert
+    for rec in user_cert["matrices"]:
+        for key in MATRIX_KEYS:
+            assert key in rec
+    assert user_cert["empirical_source"]["kind"] == "user"
+    assert user_cert["empirical_source"]["certified"] is False
+    assert set(user_cert["versions"]) >= {"python", "numpy", "torch", "python-flint", "sympy", "specbound"}
+    assert Fraction(user_cert["settings"]["bases"]["beta_c"]) == Fraction(9, 8)  # 1 + 1/(4L), L = 2
+    json.dumps(user_cert)  # JSON-able
+
+
+def test_verify_accepts_its_own_certificate(user_cert, task_cert):
+    assert verify(user_cert).valid
+    rep = verify(json.loads(json.dumps(task_cert)))  # recomputes the forward passes
+    assert rep.valid, rep.lines()
+
+
+def _first_p_positive(cert):
+    return next(j for j, r in enumerate(cert["matrices"]) if r["p"] != "0")
+
+
+TAMPERS = {
+    "bound_upper lowered": lambda c: c["result"].__setitem__(
+        "bound_upper", str(Fraction(c["result"]["bound_upper"]) * Fraction(99, 100))),
+    "bound ball shifted": lambda c: c["balls"].__setitem__("bound", "[0.001 +/- 1e-10]"),
+    "k_c lowered": lambda c: c["matrices"][0].__setitem__("k_c", c["matrices"][0]["k_c"] - 1),
+    "k_c raised": lambda c: c["matrices"][0].__setitem__("k_c", c["matrices"][0]["k_c"] + 1),
+    "k_s lowered": lambda c: c["matrices"][_first_p_positive(c)].__setitem__(
+        "k_s", c["matrices"][_first_p_positive(c)]["k_s"] - 1),
+    "p changed": lambda c: c["matrices"][_first_p_positive(c)].__setitem__("p", "2"),
+    "p changed in plan too": lambda c: (
+        c["plan"]["p_index"].__setitem__(_first_p_positive(c), 2 * c["plan"]["m"]),
+        c["matrices"][_first_p_positive(c)].__setitem__("p", "2")),
+    "sha256 changed": lambda c: c["checkpoint"].__setitem__("sha256", "0" * 64),
+    "delta changed": lambda c: c["settings"].__setitem__("delta", "1/10"),
+    "k_w lowered": lambda c: c["choices"].__setitem__("k_w", c["choices"]["k_w"] - 1),
+    "u changed": lambda c: c["plan"]["u"].__setitem__(1, c["plan"]["u"][1] * 2),
+    "n changed": lambda c: c["settings"].__setitem__("n", c["settings"]["n"] * 10),
+    "spectral norm changed": lambda c: c["matrices"][2].__setitem__("spectral_norm", "[0.5 +/- 1e-3]"),
+    "contribution changed": lambda c: c["matrices"][3].__setitem__("contribution", "[0.01 +/- 1e-6]"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TAMPERS))
+def test_tampered_certificate_is_rejected(user_cert, name):
+    cert = copy.deepcopy(user_cert)
+    TAMPERS[name](cert)
+    rep = verify(cert)
+    assert not rep.valid, name
+    assert rep.lines()[0] == "INVALID" and len(rep.lines()) >= 2
+
+
+def test_tampered_empirical_term_is_rejected(task_cert):
+    cert = copy.deepcopy(task_cert)
+    cert["result"]["empirical"] = "[0.001 +/- 1e-6]"
+    cert["balls"]["empirical"] = "[0.001 +/- 1e-6]"
+    assert not verify(cert).valid
+    other = copy.deepcopy(task_cert)
+    other["empirical_source"]["detail"]["n"] += 1  # a different sample than the one of the bound
+    assert not verify(other).valid
+
+
+def test_unreadable_certificates_raise_one_line_errors(tmp_path):
+    with pytest.raises(CertificateError):
+        read(str(tmp_path / "missing.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(CertificateError):
+        read(str(bad))
+    with pytest.raises(CertificateError):
+        read({"format": "other"})
+
+
+def test_decimal_up_rounds_toward_plus_infinity():
+    from flint import arb
+
+    x = arb(1) / 3
+    text = decimal_up(x, 5)
+    assert text == "0.33334"
+    assert Fraction(text) >= Fraction(1, 3)
+    assert decimal_up(arb(2), 5) == "2"

@@ -1,0 +1,126 @@
+"""``specbound certify`` / ``specbound verify`` from the command line (in-process ``cli.main``)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from specbound.cli import main
+
+REQUIRED = ("format", "checkpoint", "settings", "versions", "plan", "choices", "empirical_source",
+            "balls", "matrices", "result")
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_certify_default_model_on_fresh_samples(capsys, tmp_path):
+    cert = tmp_path / "cert.json"
+    code, out, err = run(capsys, "certify", "--samples", "16", "--out", str(cert))
+    assert code == 0, err
+    assert "certified bound on the 0-1 risk" in out
+    assert "fresh samples of task sparse_majority" in out
+    doc = json.loads(cert.read_text())
+    for key in REQUIRED:
+        assert key in doc
+    assert doc["result"]["is_bound"] and float(doc["result"]["bound_upper"]) > 0
+    assert doc["empirical_source"]["certified"] is True
+    code, out, _ = run(capsys, "verify", str(cert))
+    assert code == 0 and out.startswith("VALID")
+
+
+def test_verify_rejects_a_tampered_certificate(capsys, tmp_path):
+    cert = tmp_path / "cert.json"
+    assert run(capsys, "certify", "--n", "5000", "--empirical-loss", "0.01", "--margin", "2",
+               "--out", str(cert))[0] == 0
+    doc = json.loads(cert.read_text())
+    doc["result"]["bound_upper"] = "0.0001"
+    cert.write_text(json.dumps(doc))
+    code, out, _ = run(capsys, "verify", str(cert))
+    assert code == 1
+    assert out.splitlines()[0] == "INVALID" and "result.bound_upper" in out
+
+
+def test_json_output_is_the_certificate(capsys):
+    code, out, _ = run(capsys, "certify", "--n", "1000", "--empirical-loss", "0", "--margin", "1", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["empirical_source"]["kind"] == "user" and doc["empirical_source"]["certified"] is False
+
+
+def test_certify_with_a_data_file(capsys, tmp_path):
+    from specbound.pipeline import task_record, task_sample
+    from specbound.checkpoint import load_weights
+
+    data = task_sample(task_record(load_weights(None), None), 10, 11)
+    path = tmp_path / "d.npz"
+    np.savez(path, labels=data.labels, tokens=data.tokens)
+    code, out, err = run(capsys, "certify", "--data", str(path))
+    assert code == 0, err
+    assert "certified on data file" in out
+
+
+def test_missing_empirical_term_is_not_called_a_bound(capsys, tmp_path):
+    # a copy of the default weights without its task record: nothing to draw samples from
+    import shutil
+
+    from specbound.data import default_checkpoint_path
+
+    ck = tmp_path / "model.safetensors"
+    shutil.copy(default_checkpoint_path(), ck)
+    code, out, _ = run(capsys, "certify", str(ck), "--n", "1000", "--margin", "1")
+    assert code == 0
+    assert "NOT a bound" in out and "certified bound on" not in out
+
+
+@pytest.mark.parametrize("argv", [
+    ("certify", "/nonexistent/model.safetensors", "--n", "10", "--empirical-loss", "0"),
+    ("certify", "--n", "abc", "--empirical-loss", "0"),
+    ("certify", "--n", "0", "--empirical-loss", "0"),
+    ("certify", "--delta", "2", "--n", "10", "--empirical-loss", "0"),
+    ("certify", "--empirical-loss", "1.5", "--n", "10"),
+    ("certify", "--data", "/nonexistent/data.npz"),
+    ("certify", "--data", "BADFILE"),
+    ("certify", "--samples", "-3"),
+    ("verify", "/nonexistent/cert.json"),
+])
+def test_bad_input_is_one_line_exit_2_and_no_file(capsys, tmp_path, argv):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"this is not an npz archive")
+    out_file = tmp_path / "cert.json"
+    argv = [str(bad) if a == "BADFILE" else a for a in argv]
+    if argv[0] == "certify":
+        argv += ["--out", str(out_file)]
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("specbound: error:")
+    assert not out_file.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["bad.npz"]
+
+
+@pytest.mark.slow
+def test_certify_with_no_arguments(capsys):
+    import time
+
+    began = time.perf_counter()
+    code, out, _ = run(capsys, "certify")
+    assert code == 0
+    assert "certified bound on the 0-1 risk" in out and "2000 fresh samples" in out
+    assert time.perf_counter() - began < 600  # ~20 s on 2 idle cores; generous for loaded CI
+
+
+@pytest.mark.slow
+def test_minilm_complexity_part(capsys, minilm_path):
+    code, out, _ = run(capsys, "certify", minilm_path, "--n", "1000000", "--empirical-loss", "0")
+    assert code == 0 and "certified bound" in out
+
+
+def test_cross_check_agrees_with_the_certified_values(capsys):
+    code, out, _ = run(capsys, "certify", "--n", "5000", "--empirical-loss", "0.01", "--margin", "2",
+                       "--cross-check")
+    assert code == 0
+    assert "0 disagreements" in out
