@@ -17,7 +17,7 @@ from safetensors import safe_open
 from specbound.checkpoint import load_weights
 from specbound.data import default_checkpoint_path
 from specbound.matrices import MATRIX_TYPES
-from test_checkpoint import CONTAINERS, write_checkpoint
+from .test_checkpoint import CONTAINERS, write_checkpoint
 
 L, H, N, D_FF = 2, 3, 12, 20
 D = N // H

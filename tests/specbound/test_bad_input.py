@@ -17,8 +17,8 @@ import torch
 
 from specbound.checkpoint import load_weights, open_checkpoint, read_tensors
 from specbound.errors import CheckpointError, LayoutError, NonFiniteError, SpecboundError
-from test_adapters import ANALYSIS_META, H, N, analysis_tensors, bert_config, bert_tensors
-from test_checkpoint import write_checkpoint
+from .test_adapters import ANALYSIS_META, H, N, analysis_tensors, bert_config, bert_tensors
+from .test_checkpoint import write_checkpoint
 
 Q0 = "encoder.layer.0.attention.self.query.weight"
 
