@@ -1,0 +1,31 @@
+"""The fast, uncertified float layer (SPEC section 2, "numeric"): torch, float64 by default,
+batched over all matrices and the whole grid P_m, the same code on CPU and CUDA.
+
+Public names are re-exported lazily (PEP 562), so importing one submodule (``numeric.spectra`` for
+the ``spectra`` command) does not pay for SymPy and the theorem.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "evaluate": "bound", "NumericBound": "bound", "MatrixBound": "bound", "FLOAT32_REL_TOL": "bound",
+    "FLOAT64_REL_TOL": "bound", "singular_values": "bound",
+    "choose_plan": "planner",
+    "crosscheck": "crosscheck", "CrossCheckReport": "crosscheck", "Disagreement": "crosscheck",
+    "compute_spectra": "spectra", "Spectra": "spectra", "norm_summaries": "spectra",
+    "paper_proxies": "proxies",
+    "architecture_grid": "grid", "grid_size": "grid", "schatten_grid": "grid",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

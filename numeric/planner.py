@@ -1,0 +1,337 @@
+"""The float choices of a bound evaluation (:class:`specbound.plan.BoundPlan`), made in torch.
+
+THEORY.md sections 6-7: the theorem holds simultaneously for every grid point and every loss
+scale, Dudley weight and lower limit, so *any* plan is valid; the planner only tries to make the
+bound small.  All choices are deterministic (ties go to the first minimiser) and vectorised over
+matrices and the whole grid P_m.
+
+What is chosen, and how:
+
+- ``p_index[j]``, first pass: the grid point minimising ``2 * term_j(p) + slope * lambda_j(p)``,
+  where ``term_j`` is the closed-form single-scale term (``ss_matrix_term``, rank form at p = 0,
+  with the float radii c~, s~ rounded on the grids of section 6), ``lambda_j`` its share of
+  Lambda and ``slope`` the derivative of the confidence term in Lambda (a linearisation; the
+  confidence term is concave in Lambda, so this overstates the cost a little).  A structurally
+  zero matrix gets p = 0.
+- ``u[j]``: the exact minimiser u* of the balance step (``balance_single_scale``) at b = c_M a_j,
+  floored at 1/n (1/n at p = 0); ``u_w = 1/n``.
+- Refinement: (p_j, u_j, u_w) are then re-chosen on the *exact* single-scale objective
+  U + sqrt(c_M H(u)) by majorise-minimise over P_m x a log grid of u (see
+  :func:`_exact_single_scale`); the refined plan is kept only if it is better.
+- ``k_rho``: ``floor(log_beta_rho margin)`` when ``settings.margin`` is given; otherwise every
+  grid point in a window around the data's margins is ranked by the closed-form bound (empirical
+  ramp loss + 2 SS closed + confidence), and the best ``MARGIN_FINALISTS`` are planned in full
+  and compared on the whole bound.
+- ``alpha_D``, ``vartheta``: the smallest Dudley closed form over a log grid of alpha in
+  (0, upper] and a few weight profiles (uniform, powers of the per-matrix pieces, the Lagrange
+  point of ``sum_j w_j vartheta_j^(-p_j/2)``), all evaluated in one tensor; the weights are scaled
+  by ``WEIGHT_SAFETY`` so their exact sum is <= 1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from specbound.errors import SpecboundError
+from specbound.matrices import AnalysisWeights
+from specbound.plan import BoundPlan, BoundSettings
+
+from .bound import (
+    CompiledTheorem, NetworkFacts, grid_down, grid_terms, grid_up, lambda_total, network_facts,
+    power, sensitivities, ss_closed, dd_closed, theorem_for, evaluate_facts,
+)
+from .grid import grid_size, schatten_grid
+
+ALPHA_POINTS = 64
+"""Points of the log grid of the Dudley lower limit alpha."""
+
+MARGIN_FINALISTS = 6
+"""Margins (best by the closed form) that are planned in full and compared on the whole bound."""
+
+MARGIN_WINDOW = 64
+"""Most margin grid points the planner compares when the margin is not given."""
+
+WEIGHT_SAFETY = 1.0 - 1e-9
+"""Dudley weights are scaled by this so that their exact sum stays <= 1 despite float rounding."""
+
+
+def grid_resolution(weights: AnalysisWeights, settings: BoundSettings) -> int:
+    """m of P_m: ``settings.grid_m`` or the recommended ``ceil(L + ln N)``."""
+    return int(settings.grid_m) if settings.grid_m is not None else grid_size(weights.num_layers, weights.width)
+
+
+def _margin_candidates(settings: BoundSettings, margins: np.ndarray | None) -> list[int]:
+    """Grid exponents k_rho to compare (one when the margin is given)."""
+    if settings.margin is not None:
+        return [grid_down(settings.margin, settings.beta_rho)]
+    if margins is None:
+        raise SpecboundError("choose_plan needs settings.margin or the margins y_i f(X_i) to choose it")
+    mags = np.abs(margins[np.isfinite(margins)])
+    mags = mags[mags > 0]
+    if mags.size == 0:
+        return [0]
+    lo = grid_down(float(mags.min()), settings.beta_rho) - 1
+    hi = int(grid_up(torch.tensor([float(mags.max())], dtype=torch.float64), settings.beta_rho)[0]) + 4
+    if hi - lo + 1 > MARGIN_WINDOW:  # keep the large end: tiny margins make the complexity explode
+        lo = hi - MARGIN_WINDOW + 1
+    return list(range(lo, hi + 1))
+
+
+def _as_margins(margins) -> np.ndarray | None:
+    if margins is None:
+        return None
+    arr = np.asarray(margins, dtype=np.float64).reshape(-1)
+    if arr.size == 0 or not np.all(np.isfinite(arr)):
+        raise SpecboundError("margins must be a non-empty array of finite numbers")
+    return arr
+
+
+def _dudley_choice(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, sens, p, s,
+                   rho: float) -> tuple[float, torch.Tensor, float]:
+    """(alpha_D, vartheta (J,), vartheta_w) minimising the Dudley closed form over a small family."""
+    dev, n = facts.device, float(settings.n)
+    J = p.shape[0]
+    trained = sens.readout == "trained"
+    upper = float(ct.theorem.dd_upper)
+    alphas = torch.logspace(math.log10(upper / (64.0 * n)), math.log10(upper), ALPHA_POINTS,
+                            dtype=torch.float64, device=dev)
+
+    def pieces(alpha, theta, theta_w):
+        # alpha (A,1,1), theta (A,T,J): per-matrix Dudley pieces, then the closed form (A,T)
+        kap, c, d = sens.kappa, sens.c, facts.dims
+        p_mid = torch.where((p > 0) & (p < 2), p, torch.ones_like(p))
+        mid = ct("dd_matrix_piece", alpha_D=alpha, c=c, d=d, kappa=kap, p=p_mid, s=s, vartheta=theta)
+        top = ct("dd_matrix_piece_p2", alpha_D=alpha, c=c, d=d, kappa=kap, s=s, vartheta=theta)
+        rank = ct("dd_matrix_piece_rank", alpha_D=alpha, c=c, d=d, kappa=kap, r_max=facts.rank_cap,
+                  s=facts.proven_rank, vartheta=theta)
+        per = torch.where(p == 0, rank, torch.where(p == 2, top, mid))
+        total = dd_closed(ct, sens, per.sum(dim=-1), float(facts.width), n, rho, alpha[..., 0], theta_w)
+        return per, total
+
+    # weight profiles from the pieces at vartheta = 1 (alpha in the middle of the grid)
+    one = torch.ones(J, dtype=torch.float64, device=dev)
+    a_mid = alphas[ALPHA_POINTS // 2].reshape(1, 1)
+    w, _ = pieces(a_mid, one, torch.ones((), dtype=torch.float64, device=dev))
+    w = w.reshape(J)
+    w_read = float(ct("dd_readout_piece", B_w=sens.B_w, N=float(facts.width), alpha_D=a_mid[0, 0], rho=rho,
+                      vartheta_w=1.0)) if trained else 0.0
+    weights = torch.cat([w, torch.tensor([w_read], dtype=torch.float64, device=dev)])
+    expo = torch.cat([p / 2, torch.zeros(1, dtype=torch.float64, device=dev)]).clamp(min=0.05)
+    floor = weights[weights > 0].min() if bool((weights > 0).any()) else torch.ones((), dtype=torch.float64)
+    wpos = torch.where(weights > 0, weights, floor)
+    profiles = [torch.ones_like(wpos)] + [wpos ** t for t in (1 / 3, 1 / 2, 2 / 3, 1.0)]
+    profiles.append((expo * wpos) ** (1 / (expo + 1)))  # Lagrange point of sum w theta^-e
+    prof = torch.stack(profiles)  # (T, J+1)
+    if not trained:
+        prof[:, -1] = 0.0
+    prof = prof / prof.sum(dim=1, keepdim=True) * WEIGHT_SAFETY
+    theta = prof[None, :, :J].expand(ALPHA_POINTS, -1, -1)
+    theta_w = prof[None, :, J].expand(ALPHA_POINTS, -1) if trained else torch.ones(
+        (ALPHA_POINTS, prof.shape[0]), dtype=torch.float64, device=dev)
+    theta_safe = torch.where(theta > 0, theta, torch.ones_like(theta))
+    _, total = pieces(alphas[:, None, None], theta_safe, theta_w)
+    total = torch.where(torch.isfinite(total), total, torch.inf)
+    flat = int(torch.argmin(total.reshape(-1)))
+    ia, it = divmod(flat, prof.shape[0])
+    return float(alphas[ia]), prof[it, :J].clone(), float(prof[it, J]) if trained else 0.0
+
+
+def choose_plan(
+    weights: AnalysisWeights,
+    settings: BoundSettings,
+    *,
+    spectra=None,
+    margins: np.ndarray | None = None,
+    device: str | torch.device = "cpu",
+) -> BoundPlan:
+    """A :class:`BoundPlan` for ``weights`` under ``settings`` (module docstring says how).
+
+    ``spectra``: precomputed singular values (``numeric.spectra.Spectra`` or a (J, K) tensor) to
+    reuse; ``margins``: the float values y_i f(X_i) on the sample, used to choose the margin when
+    ``settings.margin`` is None.  Deterministic: same inputs, same plan.
+    """
+    ct = CompiledTheorem(theorem_for(settings, weights.activation))
+    facts = network_facts(weights, spectra=spectra, device=device)
+    return plan_for(ct, facts, settings, margins)
+
+
+def plan_for(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, margins=None) -> BoundPlan:
+    """:func:`choose_plan` on already computed network facts (shared with ``numeric.bound``)."""
+    marg = _as_margins(margins)
+    m = int(settings.grid_m) if settings.grid_m is not None else grid_size(facts.num_layers, facts.width)
+    ps = torch.as_tensor(schatten_grid(m), dtype=torch.float64, device=facts.device)
+    ks = _margin_candidates(settings, marg)
+    k_rho = torch.tensor(ks, dtype=torch.float64, device=facts.device)
+    rho = power(settings.beta_rho, k_rho)  # (R,)
+    sens = sensitivities(ct, facts, settings, rho)  # kappa (R, J)
+    g = grid_terms(ct, facts, settings, sens, ps, m)  # ss (R, J, P), lam (J, P)
+    n = float(settings.n)
+
+    # first pass: terms alone; then charge each choice its Lambda at the local slope
+    first = torch.argmin(g.ss, dim=-1, keepdim=True)
+    lam0 = lambda_total(ct, torch.gather(torch.broadcast_to(g.lam, g.ss.shape), -1, first)[..., 0].sum(-1),
+                        k_rho, sens)
+    lam0 = lam0.detach().clone().requires_grad_(True)
+    conf = ct("confidence", Lambda=lam0, delta=settings.delta, n=n)
+    (slope,) = torch.autograd.grad(conf.sum(), lam0)
+    cost = 2.0 * g.ss + slope[:, None, None] * g.lam
+    choice = torch.argmin(cost, dim=-1)  # (R, J), first minimiser
+    ss_chosen = torch.gather(g.ss, -1, choice[..., None])[..., 0]
+    lam_chosen = torch.gather(torch.broadcast_to(g.lam, g.ss.shape), -1, choice[..., None])[..., 0]
+    Lam = lambda_total(ct, lam_chosen.sum(-1), k_rho, sens)
+    closed = ss_closed(ct, sens, ss_chosen.sum(-1), float(facts.width), n, rho)
+    confidence = ct("confidence", Lambda=Lam, delta=settings.delta, n=n)
+    if marg is not None and settings.margin is None:
+        emp = ct("ramp", a=torch.as_tensor(marg, device=facts.device)[None, :], rho=rho[:, None]).mean(-1)
+    else:
+        emp = torch.zeros_like(rho)
+    objective = emp + 2.0 * closed + confidence
+    objective = torch.where(torch.isfinite(objective), objective, torch.inf)
+    # the closed form ranks the margins; the best few are planned in full and compared exactly
+    order = torch.argsort(objective, stable=True)[:MARGIN_FINALISTS].tolist()
+    best_plan, best_value = None, math.inf
+    for r in sorted(order):
+        plan = _plan_at_margin(ct, facts, settings, sens, g, ps, m, choice[r], r, float(rho[r]), ks[r],
+                               float(k_rho[r]), ss_chosen[r], float(objective[r]))
+        if len(order) == 1:
+            return plan
+        value = evaluate_facts(ct, facts, settings, plan, margins=marg).bound
+        if value < best_value:
+            best_plan, best_value = plan, value
+    return best_plan
+
+
+def _plan_at_margin(ct, facts, settings, sens, g, ps, m, p_idx, r, rho, k, k_float, ss_chosen, objective):
+    """The plan at one margin grid point: refine p and u, then the Dudley choices."""
+    n = float(settings.n)
+    sens_r = _at_margin(sens, r)
+    p = ps[p_idx]
+    s = torch.gather(g.s, -1, p_idx[:, None])[:, 0]
+    # loss scales: u* of the balance step, floored at 1/n; p = 0 terms are flat in u, so 1/n
+    p_pos = torch.where(p > 0, p, torch.ones_like(p))
+    u_star = ct("u_star", c=sens_r.c, d=facts.dims, kappa=sens_r.kappa, n=n, p=p_pos, s=s)
+    u = torch.where((p > 0) & torch.isfinite(u_star), u_star.clamp(min=1.0 / n), torch.full_like(p, 1.0 / n))
+    u_w = 1.0 / n
+    # refine p and u on the exact single-scale objective (majorise-minimise); keep the better plan
+    refined = _exact_single_scale(ct, facts, settings, sens_r, replace(g, ss=g.ss[r]), ps, rho, k_float,
+                                  (p_idx, u, u_w), float(ss_chosen.sum()))
+    if refined is not None:
+        p_idx, u, u_w = refined
+        p = ps[p_idx]
+        s = torch.gather(g.s, -1, p_idx[:, None])[:, 0]
+    alpha_D, theta, theta_w = _dudley_choice(ct, facts, settings, sens_r, p, s, rho)
+    return BoundPlan(
+        m=m,
+        p_index=tuple(int(i) for i in p_idx.tolist()),
+        k_rho=int(k),
+        u=tuple(float(x) for x in u.tolist()),
+        u_w=float(u_w),
+        alpha_D=alpha_D,
+        vartheta=tuple(float(x) for x in theta.tolist()),
+        vartheta_w=theta_w,
+        notes={"planner": "closed-form SS + linearised Lambda, refined on the exact SS objective; "
+                          "Dudley by grid search", "closed_form_objective": objective,
+               "readout": sens.readout},
+    )
+
+
+def _at_margin(sens, index: int):
+    """The same sensitivities with kappa at one margin only."""
+    return replace(sens, kappa=sens.kappa[index])
+
+
+U_POINTS = 96
+"""Points of the log grid of loss scales u in [1/n, 4] used by the exact single-scale refinement."""
+
+MM_STEPS = 12
+
+
+def _exact_single_scale(ct, facts, settings, sens, g, ps, rho, k_rho, start, closed_terms):
+    """Choose (p_j, u_j, u_w) for the exact single-scale objective U + sqrt(c_M H(u)).
+
+    Majorise-minimise: sqrt is concave, so at the current H0 the objective is below
+    U + sqrt(c_M H0) + mu (H - H0) with mu = d/dH at H0; that separates over matrices, and each
+    matrix minimises u + mu H_j(u; p) (+ its linearised Lambda cost) over p in P_m and a log grid
+    of u.  Returns the best (p_index, u, u_w) found, or None when the starting plan is better
+    (compared on 2 min(SS closed, SS exact) + confidence).
+    """
+    dev, n, N = facts.device, float(settings.n), float(facts.width)
+    f64 = dict(dtype=torch.float64, device=dev)
+    us = torch.logspace(-math.log10(n), math.log10(4.0), U_POINTS, **f64)
+    c, d, r = sens.c[:, None, None], facts.dims[:, None, None], facts.rank_cap[:, None, None]
+    kap = sens.kappa[:, None, None]
+    zero_p = ps == 0
+    p_pos = torch.where(zero_p, torch.ones_like(ps), ps)[None, :, None]
+    H = ct("ss_matrix_entropy", c=c, d=d, kappa=kap, p=p_pos, r_max=r, s=g.s[:, :, None], u=us)
+    H_rank = ct("ss_matrix_entropy_rank", c=c, d=d, kappa=kap, r_max=r, s=facts.proven_rank[:, None, None],
+                u=us)
+    H_rank = torch.where(facts.proven_rank[:, None, None] == 0, 0.0, H_rank)
+    zero_m = ((facts.proven_rank == 0) | (facts.spectral == 0))[:, None, None]
+    H = torch.where(zero_p[None, :, None], H_rank, torch.where(zero_m, torch.inf, H))  # (J, P, U)
+    trained = sens.readout == "trained"
+    H_w = ct("ss_readout_entropy", B_w=sens.B_w, N=N, rho=rho, u_w=us) if trained else torch.zeros_like(us)
+    lam = g.lam
+    rows = torch.arange(H.shape[0], device=dev)
+    live = facts.proven_rank > 0  # a rank-0 matrix adds nothing to U (its u_j may tend to 0)
+
+    def value(p_idx, u_idx, uw_idx):
+        h = H[rows, p_idx, u_idx].sum() + (H_w[uw_idx] if trained else 0.0)
+        total_u = torch.where(live, us[u_idx], 0.0).sum() + (us[uw_idx] if trained else 0.0)
+        h = h.detach().clone().requires_grad_(True)
+        obj = ct("ss_objective", H_total=h, U_total=total_u, n=n)
+        (mu,) = torch.autograd.grad(obj, h)
+        Lam = lambda_total(ct, lam[rows, p_idx].sum(), k_rho, sens).detach().clone().requires_grad_(True)
+        conf = ct("confidence", Lambda=Lam, delta=settings.delta, n=n)
+        (slope,) = torch.autograd.grad(conf, Lam)
+        closed = ss_closed(ct, sens, g.ss[rows, p_idx].sum(), N, n, rho)
+        total = 2.0 * torch.minimum(closed, obj.detach()) + conf.detach()
+        return float(total), float(mu), float(slope)
+
+    # the starting plan, with its u snapped up to the grid (u only matters through H and U)
+    p0, u0, uw0 = start
+    u_idx = torch.searchsorted(us, u0.clamp(max=float(us[-1]))).clamp(max=U_POINTS - 1)
+    uw_idx = torch.zeros((), dtype=torch.int64, device=dev)
+    best_val, mu, slope = value(p0, u_idx, uw_idx)
+    start_val = _start_value(ct, facts, settings, sens, g, rows, p0, u0, start[2], rho, k_rho, H_w, closed_terms)
+    best = None
+    for _ in range(MM_STEPS):
+        per = us + mu * H  # (J, P, U)
+        per_min, per_arg = per.min(dim=-1)
+        cost = 2.0 * per_min + slope * lam
+        p_idx = torch.argmin(cost, dim=-1)
+        u_idx = per_arg[rows, p_idx]
+        uw_idx = torch.argmin(us + mu * H_w) if trained else torch.zeros((), dtype=torch.int64, device=dev)
+        val, mu, slope = value(p_idx, u_idx, uw_idx)
+        if best is None or val < best[0] - 1e-15 * abs(best[0]):
+            best = (val, p_idx, us[u_idx], float(us[uw_idx]) if trained else 1.0 / n)
+        else:
+            break
+    if best is None or best[0] >= start_val:
+        return None
+    return best[1], best[2], best[3]
+
+
+def _start_value(ct, facts, settings, sens, g, rows, p_idx, u, u_w, rho, k_rho, H_w_grid, closed_terms):
+    """2 min(SS closed, SS exact) + confidence of the starting (closed-form) plan."""
+    n, N = float(settings.n), float(facts.width)
+    p = g.ps[p_idx]
+    s = g.s[rows, p_idx]
+    is0 = p == 0
+    p_pos = torch.where(is0, torch.ones_like(p), p)
+    ent = torch.where(is0, ct("ss_matrix_entropy_rank", c=sens.c, d=facts.dims, kappa=sens.kappa,
+                                r_max=facts.rank_cap, s=facts.proven_rank, u=u),
+                      ct("ss_matrix_entropy", c=sens.c, d=facts.dims, kappa=sens.kappa, p=p_pos,
+                         r_max=facts.rank_cap, s=s, u=u))
+    ent = torch.where(is0 & (facts.proven_rank == 0), 0.0, ent)
+    trained = sens.readout == "trained"
+    h_w = ct("ss_readout_entropy", B_w=sens.B_w, N=N, rho=rho, u_w=u_w) if trained else 0.0
+    u_sum = torch.where(facts.proven_rank > 0, u, 0.0).sum()
+    obj = ct("ss_objective", H_total=ent.sum() + h_w, U_total=u_sum + (u_w if trained else 0.0), n=n)
+    closed = ss_closed(ct, sens, closed_terms, N, n, rho)
+    Lam = lambda_total(ct, g.lam[rows, p_idx].sum(), k_rho, sens)
+    conf = ct("confidence", Lambda=Lam, delta=settings.delta, n=n)
+    return float(2.0 * torch.minimum(closed, obj) + conf)
