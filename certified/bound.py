@@ -31,6 +31,7 @@ from specbound.certified.enclosure import SingularValueEnclosure
 from specbound.certified.radii import MatrixRounding, index_up, power_ball, round_matrix
 from specbound.derivation import symbols as S
 from specbound.derivation.backends import to_arb
+from specbound.derivation.theorem import readout_free_forms
 from specbound.errors import CertificationError
 from specbound.matrices import AnalysisWeights
 from specbound.plan import BoundPlan, BoundSettings
@@ -78,31 +79,6 @@ class Evaluators:
     bound: object
     grid_m: object
     expressions: dict = field(default_factory=dict, repr=False)
-
-
-def theorem_for(settings: BoundSettings, activation: str):
-    """The assembled theorem in force for ``settings`` and the network's activation."""
-    from specbound.derivation.theorem import assemble
-
-    act = {"gelu": "gelu", "relu": "relu"}.get(activation)
-    if act is None and activation == "gelu_tanh" and {"L_phi", "B_phi"} <= dict(settings.overrides).keys():
-        act = "gelu"  # both activation constants are the user's (recorded as overridden)
-    if act is None:
-        raise CertificationError(
-            f"activation {activation!r} has no proven constants in the theorem; override L_phi and B_phi")
-    return assemble(dict(settings.overrides) or None, massart=settings.massart,
-                    dudley=settings.dudley, activation=act)
-
-
-def readout_free_forms(T) -> dict[str, sp.Expr]:
-    """The combiners of a *fixed* read-out, derived from the theorem's fields by deleting the
-    read-out's summand (each derivation is checked to change the expression)."""
-    ss = sp.expand(T.ss_closed - T.ss_readout_term)
-    dd = T.dd_closed.xreplace({T.dd_readout_piece: sp.Integer(0)})
-    lam = T.Lambda_total - T.lambda_k.xreplace({S.k: S.k_w})
-    if ss.has(S.B_w) or dd.has(S.vartheta_w) or lam.has(S.k_w):
-        raise AssertionError("could not remove the read-out summand from the theorem")
-    return {"ss_closed": ss, "dd_closed": dd, "Lambda_total": lam}
 
 
 _CACHE: dict[tuple[int, bool], Evaluators] = {}
@@ -163,7 +139,7 @@ def _compile(T, fixed: bool) -> Evaluators:
 
 
 def evaluators(settings: BoundSettings, activation: str, fixed: bool) -> Evaluators:
-    return _evaluators(theorem_for(settings, activation), fixed)
+    return _evaluators(settings.theorem(activation), fixed)
 
 
 # ------------------------------------------------------------------------------------------------

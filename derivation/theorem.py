@@ -369,3 +369,17 @@ def diff_report(a: Theorem, b: Theorem) -> list[str]:
 def unified_diff(a: str, b: str, names: tuple[str, str] = ("a", "b")) -> str:
     """A unified diff of two renderings (used by the golden tests)."""
     return "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True), *names))
+
+
+def readout_free_forms(T: Theorem) -> dict[str, sp.Expr]:
+    """The combiners for a *fixed* read-out w (chosen independently of the sample, THEORY.md
+    section 7): ``ss_closed``, ``dd_closed`` and ``Lambda_total`` with the read-out's summand
+    deleted (no H_w, u_w or lambda(k_w)).  Derived from the theorem's own fields, never retyped;
+    each deletion is checked to have removed the read-out completely.
+    """
+    ss = sp.expand(T.ss_closed - T.ss_readout_term)
+    dd = T.dd_closed.xreplace({T.dd_readout_piece: sp.Integer(0)})
+    lam = T.Lambda_total - T.lambda_k.xreplace({k: k_w})
+    if ss.has(B_w) or dd.has(vartheta_w) or lam.has(k_w):
+        raise AssertionError("could not remove the read-out summand from the theorem")
+    return {"ss_closed": ss, "dd_closed": dd, "Lambda_total": lam}

@@ -32,7 +32,7 @@ import sympy as sp
 import torch
 
 from specbound.derivation.backends import compile_expr
-from specbound.derivation.theorem import REGISTRY, Theorem, assemble
+from specbound.derivation.theorem import REGISTRY, Theorem, readout_free_forms
 from specbound.errors import SpecboundError
 from specbound.matrices import AnalysisWeights, NamedMatrix
 from specbound.plan import BoundPlan, BoundSettings
@@ -47,22 +47,6 @@ GAMMA_KEY = {"QK": "A", "V_tilde": "V", "M_in": "M_in", "M_out": "M_out"}
 
 
 # -- the theorem, compiled ------------------------------------------------------------------------
-
-def theorem_for(settings: BoundSettings, activation: str = "gelu") -> Theorem:
-    """The assembled theorem in force for ``settings`` and the network's activation.
-
-    ``gelu_tanh`` (the tanh approximation) has no proved constants in the register; it is accepted
-    only when the user overrides both ``L_phi`` and ``B_phi``.
-    """
-    overrides = dict(settings.overrides)
-    if activation == "gelu_tanh":
-        if not {"L_phi", "B_phi"} <= set(overrides):
-            raise SpecboundError("activation gelu_tanh has no proved constants; override L_phi and B_phi")
-        activation = "gelu"
-    elif activation not in ("gelu", "relu"):
-        raise SpecboundError(f"unknown activation {activation!r}")
-    return assemble(overrides, massart=settings.massart, dudley=settings.dudley, activation=activation)
-
 
 _COMPILED: dict = {}
 
@@ -119,7 +103,7 @@ def _extra_expressions(theorem: Theorem) -> Mapping[str, sp.Expr]:
     ramp = REGISTRY["ramp_loss_cover"].constants["ramp"]
     # a fixed read-out's combiners: the theorem's own fields less the read-out summand, derived
     # once in the certified layer (imported so both layers use the same expressions)
-    from specbound.certified.bound import readout_free_forms
+
 
     free = readout_free_forms(theorem)
     out = {
@@ -604,7 +588,7 @@ def evaluate(
     """
     if dtype not in (torch.float64, torch.float32):
         raise SpecboundError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
-    ct = CompiledTheorem(theorem_for(settings, weights.activation))
+    ct = CompiledTheorem(settings.theorem(weights.activation))
     facts = network_facts(weights, spectra=spectra, dtype=dtype, device=device)
     if plan is None:
         from .planner import plan_for

@@ -42,7 +42,7 @@ from specbound.plan import BoundPlan, BoundSettings
 
 from .bound import (
     CompiledTheorem, NetworkFacts, grid_down, grid_terms, grid_up, lambda_total, network_facts,
-    power, sensitivities, ss_closed, dd_closed, theorem_for, evaluate_facts,
+    power, sensitivities, ss_closed, dd_closed, evaluate_facts,
 )
 from .grid import grid_size, schatten_grid
 
@@ -154,7 +154,7 @@ def choose_plan(
     reuse; ``margins``: the float values y_i f(X_i) on the sample, used to choose the margin when
     ``settings.margin`` is None.  Deterministic: same inputs, same plan.
     """
-    ct = CompiledTheorem(theorem_for(settings, weights.activation))
+    ct = CompiledTheorem(settings.theorem(weights.activation))
     facts = network_facts(weights, spectra=spectra, device=device)
     return plan_for(ct, facts, settings, margins)
 

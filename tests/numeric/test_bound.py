@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from specbound.certified.bound import readout_free_forms
+from specbound.derivation.theorem import readout_free_forms
 from specbound.derivation.backends import compile_expr
 from specbound.derivation.theorem import REGISTRY, assemble
 from specbound.errors import SpecboundError
