@@ -265,29 +265,18 @@ def _np64(t: torch.Tensor) -> np.ndarray:
 
 
 def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """All tensors (as float64 numpy arrays) and the metadata of a specbound-analysis-v1 file."""
-    from safetensors import safe_open
+    """All tensors (as float64 numpy arrays) and the metadata of a specbound-analysis-v1 file.
 
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint file")
-    try:
-        with safe_open(str(path), framework="numpy") as fh:
-            meta = dict(fh.metadata() or {})
-            tensors = {k: fh.get_tensor(k) for k in fh.keys()}
-    except Exception as exc:  # the safetensors parser raises several unrelated types
-        raise CheckpointError(f"{path}: not a readable safetensors file ({type(exc).__name__}: {exc})".splitlines()[0]) from None
+    Reading and the per-tensor checks (dtype, NaN/Inf) are the loader's
+    (:func:`specbound.checkpoint.open_checkpoint`); this adds only the format check.
+    """
+    from .checkpoint import open_checkpoint
+
+    ckpt = open_checkpoint(path)
+    meta = dict(ckpt.metadata or {})
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{path}: metadata format is {meta.get('format')!r}, expected {FORMAT!r}")
-    out: dict[str, np.ndarray] = {}
-    for k, v in tensors.items():
-        if v.dtype not in (np.float64, np.float32):
-            raise LayoutError(f"{path}: tensor {k} has dtype {v.dtype}, expected float64 or float32")
-        v = v.astype(np.float64)
-        if not np.all(np.isfinite(v)):
-            raise NonFiniteError(f"{path}: tensor {k} contains NaN or Inf")
-        out[k] = v
-    return out, meta
+    return {name: ckpt.tensor(name) for name in ckpt.names()}, meta
 
 
 def architecture_from(tensors: dict[str, np.ndarray], meta: dict[str, str], path="checkpoint") -> Architecture:
