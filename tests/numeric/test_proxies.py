@@ -73,7 +73,6 @@ def test_loader_path_matches_reference(random_bert):
 
 
 @pytest.mark.minilm
-@pytest.mark.slow
 def test_minilm_matches_independent_reference(minilm_path):
     from specbound.checkpoint import load_weights
 
