@@ -1,0 +1,211 @@
+"""``specbound experiment run|scaling``: reference models, bound vs observed error, scaling study.
+
+``run`` trains one analysis-model Transformer (deterministic, CPU), then prints the test error with
+its exact Clopper-Pearson interval, the certified empirical ramp loss on the bound sample, the
+certified bound with its parts, and bound / test error (:func:`specbound.experiment.run_experiment`).
+
+``scaling`` trains a depth x width grid and writes a Markdown table, fitted growth exponents and
+plots (:func:`specbound.experiment.scaling_study`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _training_arguments(p: argparse.ArgumentParser, *, steps: int, layers: bool = True) -> None:
+    g = p.add_argument_group("training (specbound.train.TrainConfig)")
+    if layers:
+        g.add_argument("--layers", type=int, default=2, metavar="L", help="depth L (default 2)")
+        g.add_argument("--width", type=int, default=32, metavar="N", help="width N (default 32)")
+    g.add_argument("--heads", type=int, default=None if layers else 2, metavar="H",
+                   help="heads per layer (default 2)")
+    if layers:
+        g.add_argument("--head-dim", type=int, default=None, metavar="D", help="head dim (default N/(2H))")
+        g.add_argument("--ff", type=int, default=None, metavar="F", help="feed-forward width (default 2N)")
+    g.add_argument("--activation", default="gelu", choices=("gelu", "relu"))
+    g.add_argument("--task", default="sparse_majority", help="sparse_majority (default) or sparse_parity")
+    g.add_argument("--seq-len", type=int, default=17, help="tokens per sequence, CLS included (default 17)")
+    g.add_argument("--k", type=int, default=3, help="hidden positions (default 3)")
+    g.add_argument("--steps", type=int, default=steps, metavar="S", help=f"Adam steps (default {steps})")
+    g.add_argument("--lr", type=float, default=3e-3, help="learning rate (default 3e-3)")
+    g.add_argument("--batch", type=int, default=128, help="minibatch size (default 128)")
+    g.add_argument("--n-train", type=int, default=4096, metavar="K", help="training sample size (default 4096)")
+    g.add_argument("--loss", default="logistic", choices=("logistic", "hinge"))
+    g.add_argument("--reg", type=float, default=1e-3, help="regularisation strength (default 1e-3)")
+    g.add_argument("--reg-kind", default="schatten", choices=("none", "schatten", "spectral"),
+                   help="schatten (default; p = --reg-p, 1 = nuclear) or spectral")
+    g.add_argument("--reg-p", type=float, default=1.0, help="Schatten index of the regulariser (default 1)")
+    g.add_argument("--seed", type=int, default=0, help="initialisation / minibatch seed (default 0)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+
+    run = sub.add_parser("run", help="train one model; certified bound vs observed test error",
+                         description="Train one model (deterministic, CPU); report test error (exact "
+                                     "95%% Clopper-Pearson), certified empirical ramp loss, certified "
+                                     "bound and its parts, and bound / test error.")
+    _training_arguments(run, steps=400)
+    b = run.add_argument_group("bound and evaluation")
+    b.add_argument("--n", type=int, default=None, metavar="M",
+                   help="the theorem's n: size of the bound sample S (default n_train). With --sample "
+                        "fresh, S is M new i.i.d. draws of the task (the bound holds for all weights "
+                        "simultaneously, so S need not be the training sample)")
+    b.add_argument("--sample", default="fresh", choices=("fresh", "train"),
+                   help="the bound sample S: fresh draws (default) or the training sample (n = n_train)")
+    b.add_argument("--n-test", "--n-eval", dest="n_test", type=int, default=10_000, metavar="M",
+                   help="fresh samples for the observed test error (default 10000)")
+    b.add_argument("--margin", type=float, default=None, metavar="RHO",
+                   help="margin rho (default: chosen by the planner on the grid 2^k)")
+    b.add_argument("--delta", type=float, default=0.05, help="failure probability of the bound (default 0.05)")
+    b.add_argument("--workers", type=int, default=2, help="processes for the certified forward passes (default 2)")
+    run.add_argument("--save", metavar="CKPT", help="also save the trained model (safetensors) and CKPT.json")
+    run.add_argument("--out", metavar="FILE", help="write the full result as JSON")
+    run.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+    sc = sub.add_parser("scaling", help="depth/width grid: proxies, bound, test error, exponents, plots",
+                        description="Train a depth x width grid; write a Markdown table with fitted "
+                                    "exponents into --out and plots into --figures.")
+    sc.add_argument("--depths", type=_ints, default=(1, 2, 4), help="comma-separated depths (default 1,2,4)")
+    sc.add_argument("--widths", type=_ints, default=(16, 32, 64), help="comma-separated widths (default 16,32,64)")
+    _training_arguments(sc, steps=400, layers=False)
+    sc.add_argument("--n-test", type=int, default=10_000, help="fresh test samples per model (default 10000)")
+    sc.add_argument("--delta", type=float, default=0.05)
+    sc.add_argument("--bound", default="numeric", choices=("numeric", "certified"),
+                    help="numeric (default, fast, uncertified) or certified (slow: certified forward passes)")
+    sc.add_argument("--out", default="docs/experiments.md", metavar="MD",
+                    help="Markdown file whose scaling section is (re)written (default docs/experiments.md)")
+    sc.add_argument("--figures", default="docs/figures", metavar="DIR", help="folder for the PNG plots")
+    sc.add_argument("--data", metavar="FILE", help="also write the raw results as JSON")
+    sc.add_argument("--cache", metavar="DIR", help="keep one JSON per trained model here and reuse it on reruns")
+    sc.add_argument("--json", action="store_true", help="print the results as JSON instead of progress lines")
+
+
+def _train_config(args: argparse.Namespace, layers: int, width: int):
+    from specbound.train import TrainConfig
+
+    heads = args.heads or 2
+    return TrainConfig(
+        task=args.task, seq_len=args.seq_len, k=args.k, num_layers=layers, num_heads=heads, width=width,
+        head_dim=getattr(args, "head_dim", None) or max(1, width // (2 * heads)),
+        ff_dim=getattr(args, "ff", None) or 2 * width, activation=args.activation, steps=args.steps,
+        lr=args.lr, batch=args.batch, n_train=args.n_train, seed=args.seed, loss=args.loss,
+        reg=args.reg, reg_kind=args.reg_kind, reg_p=args.reg_p)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "run":
+        return _run_one(args)
+    return _run_scaling(args)
+
+
+def _say(enabled: bool):
+    def say(msg: str) -> None:
+        if enabled:
+            print(msg, file=sys.stderr, flush=True)
+    return say
+
+
+def _run_one(args: argparse.Namespace) -> int:
+    from specbound.experiment import ExperimentConfig, run_experiment
+
+    config = ExperimentConfig(train=_train_config(args, args.layers, args.width), n=args.n, sample=args.sample,
+                              n_test=args.n_test, margin=args.margin, delta=args.delta, workers=args.workers)
+    result = run_experiment(config, progress=_say(not args.json))
+    out = result.as_dict()
+    # everything is computed; now write (nothing half-written on failure above)
+    if args.save:
+        from specbound.output import write_json_atomic
+        from pathlib import Path
+
+        result.model.save(args.save)
+        record = dict(result.training)
+        record["test"] = result.test.as_dict()
+        write_json_atomic(Path(args.save).with_suffix(".json"), record)
+    if args.out:
+        from specbound.output import write_json_atomic
+
+        write_json_atomic(args.out, out)
+    if args.json:
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+        return 0
+    _print_run(out)
+    return 0
+
+
+def _print_run(out: dict) -> None:
+    cfg, t, b = out["config"], out["test"], out["bound"]
+    tc = cfg["train"]
+    tr = out["training"].get("train", {})
+    emp = b["empirical_sample"]
+    print(f"model: L={tc['num_layers']} H={tc['num_heads']} N={tc['width']} d_h={tc['head_dim']} "
+          f"d_ff={tc['ff_dim']} {tc['activation']}; task {tc['task']}; {tc['steps']} steps, "
+          f"reg {tc['reg_kind']} {tc['reg']}; train accuracy {tr.get('accuracy', float('nan')):.4f} "
+          f"(n_train {tc['n_train']})")
+    print(f"test error (float64 forward, {t['n']} fresh samples, seed {t['seed']}): {t['errors']}/{t['n']} = "
+          f"{t['rate']:.6g}, exact {100 * t['confidence']:.0f}% Clopper-Pearson [{t['lower']:.6g}, {t['upper']:.6g}]")
+    print(f"bound sample S: {emp['kind']} ({'fresh i.i.d. draws' if emp['kind'] == 'fresh' else 'training sample'}"
+          f"), n = {emp['n']}; certified ramp loss in [{emp['certified_lower']:.6g}, {emp['certified_upper']:.6g}] "
+          f"({emp['per_sample_ms']:.1f} ms/sample, {emp['undecided']} undecided signs)")
+    p = b["parts"]
+    print(f"certified bound (delta = {b['delta']:.3g}, n = {b['n']}): {b['value']:.6g}")
+    print(f"  = empirical {p['empirical']:.6g} + 2 min(SS, DD) {p['complexity']:.6g} + confidence "
+          f"{p['confidence']:.6g}   [SS {p['SS']:.6g} (closed {p['ss_closed']:.6g}, exact {p['ss_exact']:.6g}), "
+          f"DD {p['DD']:.6g}, Lambda {p['Lambda']:.6g}, rho {p['rho']:.6g}, B_w {p['B_w']:.6g}]")
+    print(f"  largest part: {b['dominant']}; route: {b['complexity_route']}")
+    ratio = out["bound_over_test_error"]
+    print("bound / test error: " + ("inf (no test error observed)" if ratio is None else f"{ratio:.6g}")
+          + f"; bound / CP upper limit: {out['bound_over_test_upper']:.6g}")
+    pr = out["proxies"]
+    print(f"paper proxies (not bounds): ours {pr['paper_ours']:.6g}, Edelman-style {pr['paper_edelman']:.6g}")
+
+
+def _run_scaling(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from specbound.experiment import ScalingConfig, scaling_markdown, scaling_plots, scaling_study, write_scaling_section
+
+    config = ScalingConfig(depths=args.depths, widths=args.widths, heads=args.heads or 2,
+                           base=_train_config(args, 1, max(args.widths)), n_test=args.n_test,
+                           delta=args.delta, bound=args.bound)
+    study = scaling_study(config, progress=_say(not args.json), cache=args.cache)
+    figures = scaling_plots(study, args.figures)
+    out_md = Path(args.out)
+    rel = [str(Path(f).resolve().relative_to(out_md.resolve().parent)) if _below(f, out_md.parent) else str(f)
+           for f in figures]
+    write_scaling_section(out_md, scaling_markdown(study, rel))
+    public = {"config": study["config"], "exponents": study["exponents"],
+              "rows": [{k: v for k, v in r.items() if not k.startswith("_")} for r in study["rows"]]}
+    if args.data:
+        from specbound.output import write_json_atomic
+
+        write_json_atomic(args.data, public)
+    if args.json:
+        sys.stdout.write(json.dumps(public, indent=2) + "\n")
+    else:
+        print(scaling_markdown(study, rel))
+    return 0
+
+
+def _below(path, folder) -> bool:
+    from pathlib import Path
+
+    try:
+        Path(path).resolve().relative_to(Path(folder).resolve())
+        return True
+    except ValueError:
+        return False
