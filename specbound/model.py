@@ -14,7 +14,7 @@ with ``Pi(x) = x / max(1, ||x||_2)`` row by row.  The input is ``X^(0) = Pi(E[to
 ``E`` and ``P`` are *fixed* (drawn from a seed, registered as buffers, never trained), because the
 theorem needs the inputs ``X_i`` to be a function of the data alone, chosen before the sample.
 
-Checkpoints use the project's own format ``specbound-analysis-v1`` (docs/HELPERS.md): one
+Checkpoints use the project's own format ``specbound-analysis-v1`` (docs/checkpoint_format.md): one
 safetensors file, float64 tensors, architecture in the string metadata.
 """
 

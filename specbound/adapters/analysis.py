@@ -1,4 +1,4 @@
-"""The project's own checkpoint format ``specbound-analysis-v1`` (docs/HELPERS.md).
+"""The project's own checkpoint format ``specbound-analysis-v1`` (docs/checkpoint_format.md).
 
 Tensors, for layers ``l = 0..L-1`` and heads ``h = 0..H-1``::
 

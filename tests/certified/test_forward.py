@@ -40,7 +40,7 @@ SLACK = mpmath.mpf(10) ** -(DPS - 5)  # the reference's own error is far below t
 
 
 def make_weights(rng, *, L, H, N, d, F, activation, scale=1.0, readout=True) -> AnalysisWeights:
-    """Random analysis weights with the checkpoint's factor conventions (docs/HELPERS.md)."""
+    """Random analysis weights with the checkpoint's factor conventions (docs/checkpoint_format.md)."""
     mats = []
     for l in range(L):
         for h in range(H):

@@ -1,6 +1,6 @@
 """Shared test helpers: BERT-shaped checkpoints and the by-hand mapping to AnalysisWeights.
 
-The mapping here follows docs/HELPERS.md (row-vector orientation) and exists so the numeric layer
+The mapping here follows docs/checkpoint_format.md (row-vector orientation) and exists so the numeric layer
 can be tested without the checkpoint loader; the independent references in the tests never use it.
 """
 

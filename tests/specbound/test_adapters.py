@@ -1,7 +1,7 @@
 """Adapters: the covered matrices are exactly the model's matrices, in the documented orientation.
 
 References are built by the test from the arrays it wrote, following SPEC.md section 6 (BERT) and
-docs/HELPERS.md (specbound-analysis-v1) literally.  Products are checked with weights that are
+docs/checkpoint_format.md (specbound-analysis-v1) literally.  Products are checked with weights that are
 small dyadic rationals, so every float64 product and sum is exact and ``==`` is the specification
 regardless of the summation order a BLAS chooses.
 """
