@@ -30,7 +30,7 @@ from .test_posthoc import (
     allocation_cases, allocation_closed, allocation_objective, prior_partial_sum, rounded_exponent,
     ss_cases, ss_closed, ss_numerical_min,
 )
-from .test_rademacher import finite_classes, massart_sides
+from .test_rademacher import dudley_sides, finite_classes, massart_sides
 
 
 def search_settings(max_examples: int = 300) -> settings:
@@ -134,6 +134,11 @@ def _attained(case) -> float:
 ALLOC_09 = Constants(scale={("allocation_23", "minimum"): 0.9})
 SS_09 = Constants(scale={("theorem", "ss_closed"): 0.9})
 
+def _dudley_cases() -> st.SearchStrategy:
+    """(vectors, alpha): finite classes with Dudley lower limits from tiny to the largest, 1/4."""
+    return st.tuples(finite_classes().map(lambda case: case[0]), st.sampled_from((1e-3, 1e-2, 0.1, 0.25)))
+
+
 MUTATIONS = [
     sides_mutation("C_sm x0.9 (softmax)", C.softmax_sides,
                    st.one_of(cases.softmax_witnesses(), cases.softmax_cases()),
@@ -177,6 +182,12 @@ MUTATIONS = [
                    Constants(replace={("volumetric_cover", "covering"): VOLUMETRIC_K1}), rtol=1e-12),
     exact_mutation("Massart coefficient x0.6", massart_sides, finite_classes(),
                    Constants(scale={("massart_single_scale", "coefficient"): 0.6})),
+    # Dudley's chaining bound is loose on finite classes small enough for an exact E max (the exact
+    # ratio stays below ~0.5 except at alpha = 1/4), so only large shrinks are detectable by sampling.
+    exact_mutation("Dudley alpha coefficient x0.4", dudley_sides, _dudley_cases(),
+                   Constants(scale={("dudley", "alpha_coeff"): 0.4})),
+    exact_mutation("Dudley integral coefficient x0.15", dudley_sides, _dudley_cases(),
+                   Constants(scale={("dudley", "integral_coeff"): 0.15})),
     exact_mutation("ramp Lipschitz 1/rho x0.9", _ramp_sides,
                    st.tuples(st.floats(-2, 2), st.floats(-2, 2), st.floats(0.1, 3.0)),
                    Constants(scale={("ramp_loss_cover", "loss_scale"): 0.9})),
