@@ -2,7 +2,7 @@
 
 Public names are re-exported lazily (importing ``specbound.certified.arb`` must not pay for SymPy):
 
-* :func:`certify_bound`, :class:`CertifiedBound`, :class:`MatrixBound` (``certified.bound``);
+* :func:`certify_bound`, :class:`CertifiedBound`, :class:`CertifiedMatrixTerm` (``certified.bound``);
 * :func:`index_up`, :func:`index_down`, :func:`round_matrix`, :func:`dominates` (``certified.radii``);
 * :func:`to_json`, :func:`verify`, :class:`VerificationReport` (``certified.certificate``);
 * :func:`enclose` (``certified.factored``), :func:`certified_ramp_loss` (``certified.forward``).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "certify_bound": "bound", "CertifiedBound": "bound", "MatrixBound": "bound",
+    "certify_bound": "bound", "CertifiedBound": "bound", "CertifiedMatrixTerm": "bound",
     "index_up": "radii", "index_down": "radii", "round_matrix": "radii", "dominates": "radii",
     "MatrixRounding": "radii",
     "to_json": "certificate", "verify": "certificate", "VerificationReport": "certificate",

@@ -31,13 +31,14 @@ from specbound.certified.enclosure import SingularValueEnclosure
 from specbound.certified.radii import MatrixRounding, index_up, power_ball, round_matrix
 from specbound.derivation import symbols as S
 from specbound.derivation.backends import to_arb
-from specbound.derivation.theorem import readout_free_forms
+from specbound.derivation.assembly import GAMMA_KEY
+from specbound.derivation.posthoc import chosen_grid_size
+from specbound.derivation.theorem import readout_free_forms, theorem_for
 from specbound.errors import CertificationError
 from specbound.matrices import AnalysisWeights
 from specbound.plan import BoundPlan, BoundSettings
 
 #: the theorem's gamma keys of the covered matrix types
-GAMMA_KEY = {"QK": "A", "V_tilde": "V", "M_in": "M_in", "M_out": "M_out"}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -139,7 +140,7 @@ def _compile(T, fixed: bool) -> Evaluators:
 
 
 def evaluators(settings: BoundSettings, activation: str, fixed: bool) -> Evaluators:
-    return _evaluators(settings.theorem(activation), fixed)
+    return _evaluators(theorem_for(settings, activation), fixed)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -158,7 +159,7 @@ def decimal_fraction(x: float) -> Fraction:
 
 
 @dataclass(frozen=True)
-class MatrixBound:
+class CertifiedMatrixTerm:
     """One covered matrix in the certified bound (every ball encloses the stated real)."""
 
     layer: int
@@ -202,7 +203,7 @@ class CertifiedBound:
     m: int
     bases: dict  #: name -> Fraction (beta_c, beta_s, beta_w, beta_rho)
     delta: Fraction
-    matrices: tuple[MatrixBound, ...]
+    matrices: tuple[CertifiedMatrixTerm, ...]
     layer_lipschitz: tuple[arb, ...]
     alphas: tuple[arb, ...]
     readout: str  #: "trained" or "fixed"
@@ -263,14 +264,10 @@ def readout_ball(w: np.ndarray | None) -> arb:
         return total.sqrt() if total > 0 else arb(0)
 
 
-def grid_m(settings: BoundSettings, weights: AnalysisWeights, ev: Evaluators | None = None) -> int:
-    """m of P_m: the user's, else the theorem's ``grid_m`` (ceiling of an upper endpoint: an
-    integer >= ceil(L + log N); any fixed m is valid, this one is reproducible)."""
-    if settings.grid_m is not None:
-        return int(settings.grid_m)
-    ev = ev or evaluators(settings, weights.activation, False)
-    with precision(WORK_PREC):
-        return int(ev.grid_m(weights.num_layers, weights.width).mid().floor().unique_fmpz())
+def grid_m(settings: BoundSettings, weights: AnalysisWeights) -> int:
+    """m of P_m: the user's fixed m, else ``ceil(L + ln N)`` (:func:`specbound.derivation.posthoc.grid_size`,
+    the one definition; any m fixed before the sample is valid)."""
+    return chosen_grid_size(settings.grid_m, weights.num_layers, weights.width)
 
 
 def _positive_choice(value: float, what: str) -> Fraction:
@@ -312,7 +309,7 @@ def certify_bound(
         notes["readout"] = "checkpoint has no read-out: a fixed unit vector (B_w = 1) is assumed"
     fixed = readout == "fixed"
     ev = evaluators(settings, weights.activation, fixed)
-    m = grid_m(settings, weights, ev)
+    m = grid_m(settings, weights)
     if plan.m != m:
         raise CertificationError(f"plan uses the grid m = {plan.m}, the settings fix m = {m}")
     L = weights.num_layers
@@ -406,7 +403,7 @@ def certify_bound(
                     ent = ev.ss_entropy(c[j], d, kap, q(r.p), r_max, s_rad, q(us[j]))
                     fn = ev.dd_piece_p2 if r.p == 2 else ev.dd_piece
                     piece = fn(q(alpha_D), c[j], d, kap, q(r.p), r_max, s_rad, q(theta[j]))
-            records.append(MatrixBound(
+            records.append(CertifiedMatrixTerm(
                 layer=l, head=mat.head, type=mat.kind, shape=shape, spectral_norm=r.spectral,
                 schatten_power=r.schatten, proven_rank=r.rank, r_max=r_max, p=r.p, k_c=r.k_c,
                 k_s=r.k_s, c_radius=c[j], s_radius=s_rad, gamma=g, alpha=alphas[l], kappa=kap,

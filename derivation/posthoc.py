@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import sympy as sp
 
 from .lemma import Lemma
@@ -43,3 +45,22 @@ posthoc_union = Lemma(
 )
 
 LEMMAS = (posthoc_union,)
+
+
+@lru_cache(maxsize=None)
+def grid_size(num_layers: int, width: int) -> int:
+    """``m = ceil(L + ln N)`` (:data:`M_DEFAULT`) for depth ``L >= 1`` and width ``N >= 1``, exactly.
+
+    SymPy evaluates the ceiling of ``L + log(N)`` with as much precision as it needs, so the result
+    is the exact integer ceiling (no float rounding near an integer).  The one definition of the
+    grid size: the certified layer, the planner and the proxies all call this.
+    """
+    if num_layers < 1 or width < 1:
+        raise ValueError(f"grid_size needs L >= 1 and N >= 1, got L={num_layers}, N={width}")
+    return int(M_DEFAULT.subs({L: int(num_layers), N: int(width)}))
+
+
+def chosen_grid_size(chosen: int | None, num_layers: int, width: int) -> int:
+    """m of P_m in force: the user's fixed ``chosen`` m (any m fixed in advance is valid), else
+    :func:`grid_size`."""
+    return int(chosen) if chosen is not None else grid_size(num_layers, width)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "evaluate": "bound", "NumericBound": "bound", "MatrixBound": "bound", "FLOAT32_REL_TOL": "bound",
-    "FLOAT64_REL_TOL": "bound", "singular_values": "bound",
+    "evaluate": "bound", "NumericBound": "evaluation", "NumericMatrixTerm": "evaluation",
+    "FLOAT32_DERIVED_REL_TOL": "evaluation", "FLOAT64_REL_TOL": "evaluation", "evaluate_plan": "evaluation",
+    "singular_values": "terms", "FLOAT32_SVD_REL_TOL": "spectra",
     "choose_plan": "planner",
     "crosscheck": "crosscheck", "CrossCheckReport": "crosscheck", "Disagreement": "crosscheck",
     "compute_spectra": "spectra", "Spectra": "spectra", "norm_summaries": "spectra",

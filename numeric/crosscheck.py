@@ -19,7 +19,7 @@ Contract checked by :func:`crosscheck`, for a :class:`~specbound.numeric.bound.N
 5. The numeric bound (which ``evaluate`` rounds up by its stated tolerance) is never below the
    certified lower endpoint -- checked strictly.
 
-float32 evaluations use ``numeric.tolerance`` (FLOAT32_REL_TOL) for everything, singular values
+float32 evaluations use ``numeric.tolerance`` (FLOAT32_DERIVED_REL_TOL) for everything, singular values
 relative to sigma_1.
 """
 
@@ -31,7 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .bound import FLOAT32_REL_TOL, NumericBound
+from .evaluation import FLOAT32_DERIVED_REL_TOL, NumericBound
 
 DERIVED_REL_TOL = 1e-12
 """Relative widening of certified balls for float64 values derived by float arithmetic."""
@@ -133,7 +133,7 @@ def crosscheck(numeric: NumericBound, certified, enclosures: Sequence | None = N
     and plan; ``enclosures`` (optional) the ``SingularValueEnclosure`` of each matrix, in order.
     """
     f32 = numeric.dtype == "float32"
-    rel = FLOAT32_REL_TOL if f32 else DERIVED_REL_TOL
+    rel = FLOAT32_DERIVED_REL_TOL if f32 else DERIVED_REL_TOL
     chk = _Checker(rel)
     one_sided: list[str] = []
     notes: list[str] = []
@@ -149,7 +149,7 @@ def crosscheck(numeric: NumericBound, certified, enclosures: Sequence | None = N
     for j, (nm, cm) in enumerate(zip(numeric.matrices, certified.matrices)):
         name = nm.name
         sigma = numeric.singular_values[j, : nm.rank_cap]
-        sv_tol = FLOAT32_REL_TOL * float(sigma[0]) if f32 and sigma.size else 0.0
+        sv_tol = FLOAT32_DERIVED_REL_TOL * float(sigma[0]) if f32 and sigma.size else 0.0
         if enclosures is not None:
             enc = enclosures[j]
             for i, value in enumerate(sigma):
@@ -166,7 +166,7 @@ def crosscheck(numeric: NumericBound, certified, enclosures: Sequence | None = N
                 chk.bad.append(Disagreement(name, "rank", nm.rank_used, str(cm.proven_rank),
                                             "numeric rank below the certified proven rank"))
         elif nm.p_index > 0:
-            err = (FLOAT32_REL_TOL if f32 else SVD_ERROR) * float(sigma[0]) if sigma.size else 0.0
+            err = (FLOAT32_DERIVED_REL_TOL if f32 else SVD_ERROR) * float(sigma[0]) if sigma.size else 0.0
             slack = _schatten_slack(sigma.astype(np.float64), float(nm.p), err)
             chk.inside(name, "schatten_power", nm.schatten, cm.schatten_power, extra=slack)
             chk.equal(name, "k_s", nm.k_s, cm.k_s)
@@ -207,4 +207,4 @@ def crosscheck(numeric: NumericBound, certified, enclosures: Sequence | None = N
         chk.bad.append(Disagreement("network", "bound >= certified lower", numeric.bound, str(final),
                                     "numeric bound below the certified lower endpoint"))
     return CrossCheckReport(chk.count, tuple(chk.bad), tuple(one_sided), rel,
-                            FLOAT32_REL_TOL if f32 else 0.0, numeric.dtype, tuple(notes))
+                            FLOAT32_DERIVED_REL_TOL if f32 else 0.0, numeric.dtype, tuple(notes))

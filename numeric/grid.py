@@ -5,8 +5,8 @@ this grid *after* training; the union bound pays ``log(2m + 1)`` per matrix for 
 grid must be fixed from the architecture alone.  The recommended (and the paper's) size is
 ``m = ceil(L + ln N)`` for depth ``L`` and width ``N``.
 
-One source of truth: the size ``M_DEFAULT`` and the points ``GRID_POINT = i/m`` are the SymPy
-expressions of ``specbound.derivation.posthoc``; this module only evaluates them exactly.
+One source of truth: the size (``grid_size``, re-exported) and the points ``GRID_POINT = i/m`` live in
+``specbound.derivation.posthoc``; this module only evaluates the points exactly.
 """
 
 from __future__ import annotations
@@ -16,23 +16,13 @@ from functools import lru_cache
 import numpy as np
 import sympy as sp
 
-from specbound.derivation.posthoc import GRID_POINT, M_DEFAULT
-from specbound.derivation.symbols import L, N, m_grid
+from specbound.derivation.posthoc import GRID_POINT, grid_size
+from specbound.derivation.symbols import m_grid
+
+__all__ = ["architecture_grid", "grid_size", "schatten_grid"]
 
 _INDEX = next(iter(GRID_POINT.free_symbols - {m_grid}))
 """The grid index ``i`` of ``GRID_POINT`` (i = 0..2m)."""
-
-
-@lru_cache(maxsize=None)
-def grid_size(num_layers: int, width: int) -> int:
-    """``m = ceil(L + ln N)`` for depth ``L >= 1`` and width ``N >= 1``, evaluated exactly.
-
-    SymPy evaluates the ceiling of ``L + log(N)`` with as much precision as it needs, so the
-    result is the exact integer ceiling (no float rounding near an integer).
-    """
-    if num_layers < 1 or width < 1:
-        raise ValueError(f"grid_size needs L >= 1 and N >= 1, got L={num_layers}, N={width}")
-    return int(M_DEFAULT.subs({L: int(num_layers), N: int(width)}))
 
 
 @lru_cache(maxsize=None)

@@ -32,19 +32,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Sequence
 
 import numpy as np
 import torch
 
+from specbound.derivation.posthoc import chosen_grid_size
+from specbound.derivation.theorem import theorem_for
 from specbound.errors import SpecboundError
 from specbound.matrices import AnalysisWeights
 from specbound.plan import BoundPlan, BoundSettings
 
-from .bound import (
-    CompiledTheorem, NetworkFacts, grid_down, grid_terms, grid_up, lambda_total, network_facts,
-    power, sensitivities, ss_closed, dd_closed, evaluate_facts,
+from .evaluation import evaluate_facts
+from .grid import schatten_grid
+from .terms import (
+    CompiledTheorem, NetworkFacts, as_margins, dd_closed, enclosure_midpoints, grid_down, grid_terms, grid_up,
+    lambda_total, network_facts, power, sensitivities, ss_closed,
 )
-from .grid import grid_size, schatten_grid
 
 ALPHA_POINTS = 64
 """Points of the log grid of the Dudley lower limit alpha."""
@@ -57,11 +61,6 @@ MARGIN_WINDOW = 64
 
 WEIGHT_SAFETY = 1.0 - 1e-9
 """Dudley weights are scaled by this so that their exact sum stays <= 1 despite float rounding."""
-
-
-def grid_resolution(weights: AnalysisWeights, settings: BoundSettings) -> int:
-    """m of P_m: ``settings.grid_m`` or the recommended ``ceil(L + ln N)``."""
-    return int(settings.grid_m) if settings.grid_m is not None else grid_size(weights.num_layers, weights.width)
 
 
 def _margin_candidates(settings: BoundSettings, margins: np.ndarray | None) -> list[int]:
@@ -79,15 +78,6 @@ def _margin_candidates(settings: BoundSettings, margins: np.ndarray | None) -> l
     if hi - lo + 1 > MARGIN_WINDOW:  # keep the large end: tiny margins make the complexity explode
         lo = hi - MARGIN_WINDOW + 1
     return list(range(lo, hi + 1))
-
-
-def _as_margins(margins) -> np.ndarray | None:
-    if margins is None:
-        return None
-    arr = np.asarray(margins, dtype=np.float64).reshape(-1)
-    if arr.size == 0 or not np.all(np.isfinite(arr)):
-        raise SpecboundError("margins must be a non-empty array of finite numbers")
-    return arr
 
 
 def _dudley_choice(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, sens, p, s,
@@ -143,26 +133,35 @@ def _dudley_choice(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSett
 def choose_plan(
     weights: AnalysisWeights,
     settings: BoundSettings,
+    enclosures: Sequence | None = None,
+    margins: np.ndarray | None = None,
     *,
     spectra=None,
-    margins: np.ndarray | None = None,
     device: str | torch.device = "cpu",
 ) -> BoundPlan:
     """A :class:`BoundPlan` for ``weights`` under ``settings`` (module docstring says how).
 
-    ``spectra``: precomputed singular values (``numeric.spectra.Spectra`` or a (J, K) tensor) to
-    reuse; ``margins``: the float values y_i f(X_i) on the sample, used to choose the margin when
-    ``settings.margin`` is None.  Deterministic: same inputs, same plan.
+    ``enclosures``: the certified singular-value enclosures (``SingularValueEnclosure``, canonical
+    order); the planner reads their midpoints (:func:`numeric.terms.enclosure_midpoints`) and runs
+    no SVD.  Without them it uses ``spectra`` (precomputed, a ``numeric.spectra.Spectra`` or a
+    (J, K) tensor) or, failing that, a float SVD (numeric-only callers: ``numeric.bound.evaluate``
+    without a plan, experiments, benchmarks).  ``margins``: the float values y_i f(X_i) on the
+    sample, used to choose the margin when ``settings.margin`` is None.  Deterministic: same
+    inputs, same plan.
     """
-    ct = CompiledTheorem(settings.theorem(weights.activation))
+    if enclosures is not None:
+        if len(enclosures) != len(weights.matrices):
+            raise SpecboundError(f"{len(enclosures)} enclosures for {len(weights.matrices)} matrices")
+        spectra = enclosure_midpoints(enclosures)
+    ct = CompiledTheorem(theorem_for(settings, weights.activation))
     facts = network_facts(weights, spectra=spectra, device=device)
     return plan_for(ct, facts, settings, margins)
 
 
 def plan_for(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, margins=None) -> BoundPlan:
     """:func:`choose_plan` on already computed network facts (shared with ``numeric.bound``)."""
-    marg = _as_margins(margins)
-    m = int(settings.grid_m) if settings.grid_m is not None else grid_size(facts.num_layers, facts.width)
+    marg = as_margins(margins)
+    m = chosen_grid_size(settings.grid_m, facts.num_layers, facts.width)
     ps = torch.as_tensor(schatten_grid(m), dtype=torch.float64, device=facts.device)
     ks = _margin_candidates(settings, marg)
     k_rho = torch.tensor(ks, dtype=torch.float64, device=facts.device)

@@ -15,7 +15,7 @@ Precision.  ``dtype=torch.float64`` (default) is what the proxies and every comp
 ``dtype=torch.float32`` runs the SVD on the float64 matrix rounded to float32; by Weyl's inequality
 plus the backward stability of the SVD each singular value is then within about
 ``1e-5 * sigma_1`` of the float64 one for matrices up to a few thousand rows (stated tolerance
-``FLOAT32_REL_TOL``, relative to sigma_1).  The Frobenius, (2,1) and (1,1) norms are always taken from
+``FLOAT32_SVD_REL_TOL``, relative to sigma_1).  The Frobenius, (2,1) and (1,1) norms are always taken from
 the float64 entries.  The numerical rank's 1e-10 threshold is meant for float64 values: float32
 rounding noise (~1e-7 * sigma_1) lies above it, so with float32 the rank of a factored product
 reads as full.
@@ -31,8 +31,8 @@ import torch
 
 from specbound.matrices import AnalysisWeights, NamedMatrix
 
-FLOAT32_REL_TOL = 1e-5
-"""Stated tolerance of the float32 path: ``|sigma_i(float32) - sigma_i| <= FLOAT32_REL_TOL * sigma_1``."""
+FLOAT32_SVD_REL_TOL = 1e-5
+"""Stated tolerance of the float32 path: ``|sigma_i(float32) - sigma_i| <= FLOAT32_SVD_REL_TOL * sigma_1``."""
 
 RANK_RTOL = 1e-10
 """Relative threshold of the numerical rank (SPEC section 6): ``sigma_i > RANK_RTOL * max(k,1) * max(sigma_1, 1)``."""

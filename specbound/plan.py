@@ -60,14 +60,6 @@ class BoundSettings:
         if self.readout not in ("trained", "fixed"):
             raise SpecboundError(f"readout must be 'trained' or 'fixed', got {self.readout!r}")
 
-    def theorem(self, activation: str):
-        """The assembled theorem in force: these settings' overrides and chaining variants, and the
-        network's activation (unknown activations raise a DerivationError)."""
-        from .derivation.theorem import assemble
-
-        return assemble(dict(self.overrides) or None, massart=self.massart, dudley=self.dudley,
-                        activation=activation)
-
     def base_c(self, num_layers: int) -> Fraction:
         """beta_c, by default 1 + 1/(4L) (THEORY.md section 6, recommended bases)."""
         return Fraction(self.beta_c) if self.beta_c is not None else 1 + Fraction(1, 4 * num_layers)

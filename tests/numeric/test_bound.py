@@ -20,7 +20,7 @@ from specbound.derivation.backends import compile_expr
 from specbound.derivation.theorem import REGISTRY, assemble
 from specbound.errors import SpecboundError
 from specbound.matrices import AnalysisWeights, NamedMatrix, ordered
-from specbound.numeric.bound import FLOAT32_REL_TOL, evaluate, singular_values
+from specbound.numeric.bound import FLOAT32_DERIVED_REL_TOL, evaluate, singular_values
 from specbound.numeric.spectra import compute_spectra
 from specbound.plan import BoundPlan, BoundSettings
 
@@ -256,10 +256,10 @@ def test_float32_within_stated_tolerance():
     assert [r.k_c for r in a.matrices] == [r.k_c for r in b.matrices]
     assert [r.k_s for r in a.matrices] == [r.k_s for r in b.matrices]
     for key in ("ss_closed", "ss_objective", "dd", "Lambda", "confidence"):
-        assert getattr(b, key) == pytest.approx(getattr(a, key), rel=FLOAT32_REL_TOL)
+        assert getattr(b, key) == pytest.approx(getattr(a, key), rel=FLOAT32_DERIVED_REL_TOL)
     # the reported bounds are rounded up by their own tolerances
-    assert b.tolerance == FLOAT32_REL_TOL
-    assert b.bound / (1 + b.tolerance) == pytest.approx(a.bound / (1 + a.tolerance), rel=FLOAT32_REL_TOL)
+    assert b.tolerance == FLOAT32_DERIVED_REL_TOL
+    assert b.bound / (1 + b.tolerance) == pytest.approx(a.bound / (1 + a.tolerance), rel=FLOAT32_DERIVED_REL_TOL)
     assert b.bound >= a.bound / (1 + a.tolerance)
 
 

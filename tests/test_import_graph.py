@@ -1,0 +1,166 @@
+"""The import graph of ``specbound.*``: no cycle, and the layers do not climb into the application.
+
+A static scan (AST, nothing is imported): every ``import``/``from ... import`` of a ``specbound``
+module anywhere in a file counts, at module level or inside a function, so a function-local
+import cannot hide a cycle.  Relative imports are resolved against the importing module's package.
+``from pkg import name`` counts as an import of ``pkg.name`` when that is a module, else of ``pkg``.
+Imports under ``if TYPE_CHECKING:`` are skipped (they never run).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: source folder of each installed package (pyproject.toml package-dir)
+PACKAGE_DIRS = {
+    "specbound": ROOT / "specbound",
+    "specbound.derivation": ROOT / "derivation",
+    "specbound.certified": ROOT / "certified",
+    "specbound.numeric": ROOT / "numeric",
+}
+#: application modules the layer packages must not import
+APPLICATION = ("specbound.pipeline", "specbound.checkpoint", "specbound.data_file", "specbound.commands",
+               "specbound.cli", "specbound.experiment", "specbound.output", "specbound.report",
+               "specbound.train", "specbound.tasks", "specbound.model")
+LAYERS = ("specbound.certified", "specbound.derivation")
+# TODO(issue 10, application half): certified/forward.py imports specbound.data_file and
+# certified/certificate.py imports the application (pipeline, checkpoint, data_file, output); the
+# lead removes this allow-list once that work is merged.
+KNOWN_CLIMBS = {"specbound.certified.forward", "specbound.certified.certificate"}
+
+
+def _modules() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for pkg, folder in PACKAGE_DIRS.items():
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder).with_suffix("")
+            parts = list(rel.parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            name = ".".join([pkg, *parts])
+            out.setdefault(name, path)
+    return out
+
+
+MODULES = _modules()
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for sub in node.body:
+                skip.update(id(n) for n in ast.walk(sub))
+    return skip
+
+
+def _resolve(name: str) -> str | None:
+    """The longest known module that ``name`` is or lies inside."""
+    while name:
+        if name in MODULES:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    skip = _type_checking_nodes(tree)
+    is_pkg = path.name == "__init__.py"
+    package = module if is_pkg else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module or ""
+            targets = [f"{stem}.{a.name}" if f"{stem}.{a.name}" in MODULES else stem for a in node.names]
+        else:
+            continue
+        for t in targets:
+            if t.startswith("specbound"):
+                r = _resolve(t)
+                if r is not None and r != module:
+                    found.add(r)
+    return found
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_scan_sees_the_known_modules():
+    # the scan itself can fail: it must find the layer modules and a known edge
+    assert "specbound.numeric.planner" in MODULES and "specbound.certified.bound" in MODULES
+    assert "specbound.numeric.terms" in GRAPH["specbound.numeric.planner"]
+
+
+def test_cycle_detector_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_among_specbound_modules():
+    cycles = _cycles(GRAPH)
+    assert cycles == [], f"import cycles: {cycles}"
+
+
+def _climbs(module: str) -> list[str]:
+    return sorted(t for t in GRAPH[module] if any(t == a or t.startswith(a + ".") for a in APPLICATION))
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith(LAYERS)))
+def test_layers_import_no_application_module(module):
+    climbs = _climbs(module)
+    if module in KNOWN_CLIMBS:
+        if climbs:
+            pytest.xfail(f"known (issue 10, application half): {module} imports {climbs}")
+        return
+    assert climbs == [], f"{module} imports application modules {climbs}"
