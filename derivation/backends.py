@@ -183,6 +183,8 @@ def _compile(source: str, namespace: dict, nargs: int) -> Callable:
 # -- Arb ------------------------------------------------------------------------------------------
 
 def _arb_namespace() -> dict:
+    # flint is imported here, not at module import: derivation/ stays free of any numeric backend
+    # (the SymPy layer and the CLI's start-up load neither flint nor torch).
     from flint import arb, fmpq, fmpz
 
     def as_arb(v):
@@ -272,7 +274,8 @@ def to_torch(expr: sp.Expr, args: Sequence[sp.Symbol], dtype=None) -> Callable:
 
     Every argument is converted to ``dtype`` (default float64; float32 inputs are promoted), and
     Python numbers are placed on the device of the first tensor argument.
-    torch is imported here, not at module import, so the CLI stays fast.
+    torch is imported here, not at module import: derivation/ stays free of numeric backends and
+    the CLI stays fast.
     """
     import torch
 

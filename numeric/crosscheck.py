@@ -31,6 +31,9 @@ from typing import Sequence
 
 import numpy as np
 
+from specbound.certified.arb import float_lower, float_upper
+from specbound.derivation.theorem import assemble
+
 from .evaluation import FLOAT32_DERIVED_REL_TOL, NumericBound
 
 DERIVED_REL_TOL = 1e-12
@@ -83,8 +86,6 @@ class CrossCheckReport:
 
 def _endpoints(ball) -> tuple[float, float]:
     """Float endpoints that enclose an Arb ball (outward-rounded)."""
-    from specbound.certified.arb import float_lower, float_upper
-
     return float_lower(ball), float_upper(ball)
 
 
@@ -113,8 +114,6 @@ class _Checker:
 
 def certified_upper(certified) -> float:
     """Upper Dudley integration limit of the theorem in force (1/4 centred, 1/2 uncentred)."""
-    from specbound.derivation.theorem import assemble
-
     return float(assemble(massart=certified.settings.massart, dudley=certified.settings.dudley).dd_upper)
 
 

@@ -159,7 +159,7 @@ def choose_plan(
 
 
 def plan_for(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, margins=None) -> BoundPlan:
-    """:func:`choose_plan` on already computed network facts (shared with ``numeric.bound``)."""
+    """:func:`choose_plan` on already computed network facts (``numeric.bound.evaluate`` plans with it)."""
     marg = as_margins(margins)
     m = chosen_grid_size(settings.grid_m, facts.num_layers, facts.width)
     ps = torch.as_tensor(schatten_grid(m), dtype=torch.float64, device=facts.device)

@@ -255,3 +255,12 @@ def test_the_fallback_plan_gives_a_finite_certified_bound(default_model):
     other = certify_bound(w, st, replace(plan, p_index=tuple((i + 1) % (2 * plan.m + 1) for i in plan.p_index)),
                           encs, arb(0))
     assert all(a.contribution.mid() <= b.contribution.mid() for a, b in zip(cb.matrices, other.matrices))
+
+
+def test_settings_are_a_value_object_and_theorem_for_assembles():
+    from specbound.derivation.theorem import assemble, theorem_for
+
+    st = BoundSettings(n=10, overrides=(("C_sm", 2.0),), dudley="uncentred")
+    assert not hasattr(st, "theorem")
+    assert theorem_for(st, "relu") is assemble({"C_sm": 2.0}, dudley="uncentred", activation="relu")
+    assert theorem_for(BoundSettings(n=10), "gelu") is assemble()

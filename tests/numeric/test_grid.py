@@ -44,3 +44,15 @@ def test_schatten_grid_rejects_m_below_one():
 
 def test_architecture_grid_is_grid_of_grid_size():
     assert architecture_grid(2, 32).tolist() == schatten_grid(grid_size(2, 32)).tolist()
+
+
+def test_one_grid_size_for_all_layers():
+    # certified grid_m, the numeric grid size and the theorem's m all evaluate the one definition
+    from specbound.certified.bound import grid_m
+    from specbound.derivation import posthoc
+    from specbound.plan import BoundSettings
+
+    assert grid_size is posthoc.grid_size
+    w = type("W", (), {"num_layers": 6, "width": 384})()
+    assert grid_m(BoundSettings(n=10), w) == 12 == grid_size(6, 384)
+    assert grid_m(BoundSettings(n=10, grid_m=5), w) == 5

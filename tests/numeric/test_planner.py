@@ -140,3 +140,31 @@ def test_plan_prefers_positive_p_for_decaying_full_rank_matrices():
         p_index = tuple(0 if i == j else p for i, p in enumerate(plan.p_index))
         u = tuple(1.0 / st.n if i == j else x for i, x in enumerate(plan.u))
         assert ours <= evaluate(w, st, replace(plan, p_index=p_index, u=u)).bound
+
+
+def test_planner_reads_enclosure_midpoints_not_a_second_svd():
+    # the enclosures' midpoints are what the planner sees: the plan equals the plan from those
+    # midpoints as precomputed spectra, and a deliberately distorted enclosure changes the inputs
+    from specbound.certified.factored import enclose
+    from specbound.numeric.terms import enclosure_midpoints, singular_values
+
+    w = tiny_weights(3)
+    st = BoundSettings(n=10**5, margin=0.3)
+    encs = [enclose(m) for m in w.matrices]
+    mids = enclosure_midpoints(encs)
+    svd = singular_values(w.matrices).numpy()
+    # independent check of the midpoints: certified enclosures are tight around the float SVD
+    assert mids.shape[0] == len(w.matrices)
+    k = min(mids.shape[1], svd.shape[1])
+    assert np.allclose(mids[:, :k], svd[:, :k], rtol=1e-9, atol=1e-12)
+    plan = choose_plan(w, st, encs)
+    assert_valid(plan, w, st)
+    assert plan == choose_plan(w, st, spectra=mids)
+
+
+def test_planner_rejects_enclosures_of_another_network():
+    from specbound.certified.factored import enclose
+
+    w = tiny_weights(0)
+    with pytest.raises(SpecboundError):
+        choose_plan(w, BoundSettings(n=100, margin=0.3), [enclose(m) for m in w.matrices][:-1])
