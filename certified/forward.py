@@ -32,16 +32,14 @@ import time
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import Union
 
 import numpy as np
 from flint import arb, arb_mat, ctx, fmpq
 
 from specbound.errors import CertificationError, LayoutError, SpecboundError
+from specbound.dataset import DataSet
 from specbound.matrices import AnalysisWeights, NamedMatrix
-
-if TYPE_CHECKING:  # pragma: no cover
-    from specbound.data_file import DataSet
 
 DEFAULT_PREC = 80
 """Working precision (bits).  It affects only the widths, never validity.  Radii grow by a factor
@@ -524,7 +522,7 @@ def certified_ramp_loss(
 ) -> RampLossCertificate:
     """Certified enclosure of the empirical ramp loss of ``weights`` on ``data`` at margin ``rho``.
 
-    ``data`` is a :class:`specbound.data_file.DataSet` (token ids or already-embedded rows, labels
+    ``data`` is a :class:`specbound.dataset.DataSet` (token ids or already-embedded rows, labels
     +-1).  Token ids are embedded with ``embedding = (E, P)`` or, by default, with the model's
     fixed ``weights.extra['embedding.E'/'embedding.P']``.  ``rho`` is a positive float (exact), a
     decimal string (enclosed), or an ``arb``.  ``workers > 1`` spreads samples over processes

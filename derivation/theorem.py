@@ -23,6 +23,7 @@ from typing import Iterator, Mapping
 import sympy as sp
 
 from specbound.errors import SpecboundError
+from specbound.vocabulary import ACTIVATIONS
 
 from . import covering, lipschitz, posthoc, rademacher
 from .lemma import Lemma
@@ -76,7 +77,7 @@ OVERRIDABLE: Mapping[str, tuple[sp.Symbol, str]] = MappingProxyType({
 })
 
 VARIANTS = {"massart": ("centred", "uncentred"), "dudley": ("centred", "uncentred"),
-            "activation": ("gelu", "gelu_tanh", "relu"), "model": ("plain", "residual")}
+            "activation": ACTIVATIONS, "model": ("plain", "residual")}
 
 
 @dataclass(frozen=True)
@@ -383,3 +384,9 @@ def readout_free_forms(T: Theorem) -> dict[str, sp.Expr]:
     if ss.has(B_w) or dd.has(vartheta_w) or lam.has(k_w):
         raise AssertionError("could not remove the read-out summand from the theorem")
     return {"ss_closed": ss, "dd_closed": dd, "Lambda_total": lam}
+
+
+def theorem_for(settings, activation: str) -> Theorem:
+    """The assembled theorem in force for ``settings`` (a BoundSettings: overrides and chaining
+    variants) and the network's activation (unknown activations raise a DerivationError)."""
+    return assemble(dict(settings.overrides) or None, massart=settings.massart, dudley=settings.dudley, activation=activation)

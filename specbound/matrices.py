@@ -25,10 +25,7 @@ from functools import cached_property
 
 import numpy as np
 
-MATRIX_TYPES: tuple[str, ...] = ("QK", "V_tilde", "M_in", "M_out")
-"""The four covered matrix types, in the order the network cover telescopes within a layer."""
-
-ACTIVATIONS: tuple[str, ...] = ("gelu", "gelu_tanh", "relu")
+from specbound.vocabulary import ACTIVATIONS, MATRIX_KINDS  # noqa: F401  (re-exported for adapters)
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,6 +115,6 @@ class AnalysisWeights:
 
 
 def ordered(matrices: list[NamedMatrix]) -> tuple[NamedMatrix, ...]:
-    """Sort into the canonical telescoping order (layer, type, head)."""
-    rank = {k: i for i, k in enumerate(MATRIX_TYPES)}
+    """Sort into the canonical telescoping order (layer, kind, head)."""
+    rank = {k: i for i, k in enumerate(MATRIX_KINDS)}
     return tuple(sorted(matrices, key=lambda m: (m.layer, rank[m.kind], m.head)))

@@ -32,9 +32,9 @@ import torch
 from torch import nn
 
 from specbound.errors import CheckpointError, LayoutError, NonFiniteError
+from specbound.vocabulary import ACTIVATIONS, ANALYSIS_LAYOUT
 
-FORMAT = "specbound-analysis-v1"
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+FORMAT = ANALYSIS_LAYOUT
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The certificate round trip: verify accepts its own certificate and rejects tampered ones."""
+"""The certificate round trip (specbound/verification.py): verify accepts its own certificate and rejects tampered ones."""
 
 import copy
 import json
@@ -6,10 +6,9 @@ from fractions import Fraction
 
 import pytest
 
-from specbound.certified.certificate import (
-    CertificateError, decimal_up, read, to_json, verify,
-)
+from specbound.certified.certificate import CertificateError, decimal_up, read, to_json
 from specbound.pipeline import certify
+from specbound.verification import verify
 
 REQUIRED = ("format", "checkpoint", "settings", "versions", "plan", "choices", "empirical_source",
             "balls", "matrices", "result")
