@@ -40,7 +40,7 @@ from specbound.experiments.scaling import (  # noqa: F401
     fit_exponents, ScalingConfig, numeric_bound, _numeric_row, scaling_row, _contributions_vs_p, QUANTITIES, _quantity, _cached_row, scaling_study,
 )
 from specbound.experiments.doc_tables import (  # noqa: F401
-    _g, scaling_markdown, write_scaling_section,
+    BEGIN, END, _g, scaling_markdown, write_scaling_section,
 )
 from specbound.experiments.plots import (  # noqa: F401
     _save_figure, scaling_plots,
