@@ -1,13 +1,13 @@
 """Certified forward pass of the analysis model and the certified empirical ramp loss.
 
 The theorem's empirical term is ``(1/n) sum_i l_rho(y_i f(X_i))`` with the ramp
-``l_rho(u) = min(1, max(0, 1 - u/rho))`` (THEORY.md section 1; the SymPy expression is
+``l_rho(u) = min(1, max(0, 1 - u/rho))`` (proofs_notes/theory.md section 1; the SymPy expression is
 ``specbound.derivation.rademacher.RAMP``).  This module returns an *upper* bound of it that holds
 for the exact real network, whatever the floating-point errors:
 
 * every weight and input entry is a binary64 number taken as an exact real (``arb_mat`` converts
   floats exactly);
-* the forward pass (THEORY.md section 1, no residual) is evaluated in Arb ball arithmetic, so
+* the forward pass (proofs_notes/theory.md section 1, no residual) is evaluated in Arb ball arithmetic, so
   each computed ball provably contains the exact real intermediate value
   (proofs_notes/certified_forward.md gives the step-by-step argument);
 * the ramp is nonincreasing in ``u`` (for ``rho > 0``), so ``l_rho(lower(u-ball))`` bounds the
@@ -207,7 +207,7 @@ def _inverse_scale(sq: arb) -> arb | None:
 
 
 def project_rows(x: arb_mat) -> arb_mat:
-    """Row-wise ``Pi(x) = x / max(1, ||x||_2)`` (THEORY.md section 1) of a ball matrix.
+    """Row-wise ``Pi(x) = x / max(1, ||x||_2)`` (proofs_notes/theory.md section 1) of a ball matrix.
 
     The result contains ``Pi`` of every real matrix in the balls.  Squared row norms are the
     diagonal of the ball product ``x x^T`` (an enclosure of ``sum_j x_tj^2``), and the scaling is

@@ -17,7 +17,7 @@ from .errors import SpecboundError
 COMMANDS: dict[str, str] = {
     "certify": "certified bound of a checkpoint (default: the embedded model)",
     "verify": "re-check a certificate JSON independently",
-    "proxies": "the paper's BERT-adapted proxies (SPEC section 6), exactly",
+    "proxies": "the paper's BERT-adapted proxies (docs/design.md section 6), exactly",
     "spectra": "singular values and norm summary per matrix",
     "theorem": "the assembled theorem rendered from SymPy",
     "experiment": "train/evaluate reference models: bound vs observed error, scaling study",

@@ -1,4 +1,4 @@
-"""Named weight matrices of the analysis model (THEORY.md section 1), in row-vector orientation.
+"""Named weight matrices of the analysis model (proofs_notes/theory.md section 1), in row-vector orientation.
 
 A token is a row ``x`` and a linear map is ``x -> x @ W``.  Per layer ``l`` and head ``h`` the covered
 matrices are
@@ -80,7 +80,7 @@ class AnalysisWeights:
     """All covered matrices of one network plus the architecture facts the theorem needs.
 
     ``matrices`` is ordered layer by layer; within a layer: QK of every head, V_tilde of every head,
-    M_in, M_out (the telescoping order of THEORY.md section 4).  ``readout`` is the CLS read-out
+    M_in, M_out (the telescoping order of proofs_notes/theory.md section 4).  ``readout`` is the CLS read-out
     vector ``w`` (shape (N,)) when the checkpoint has one (the project's own model), else None.
     """
 

@@ -1,4 +1,4 @@
-"""The analysis-model Transformer of THEORY.md section 1, as a torch module.
+"""The analysis-model Transformer of proofs_notes/theory.md section 1, as a torch module.
 
 Row-vector convention: a token is a row ``x`` of width ``N`` and a linear map is ``x -> x @ W``.
 For layers ``l = 1..L`` and heads ``h = 1..H`` (no residual, no score scaling)::
@@ -96,7 +96,7 @@ def fixed_embedding(vocab_size: int, seq_len: int, width: int, seed: int) -> tup
 
 
 class AnalysisTransformer(nn.Module):
-    """THEORY.md section 1 analysis model (no residual), batched over token-id sequences.
+    """proofs_notes/theory.md section 1 analysis model (no residual), batched over token-id sequences.
 
     Learned parameters (layer ``l``): ``W_Q, W_K, W_V`` of shape (H, N, d), ``W_O`` (H, d, N),
     ``M_in`` (N, d_ff), ``M_out`` (d_ff, N); and the read-out ``w`` (N,).  Buffers: ``E`` (V, N),
@@ -190,7 +190,7 @@ class AnalysisTransformer(nn.Module):
 
     def covered_matrices(self) -> list[torch.Tensor]:
         """The ``J = L(2H + 2)`` covered matrices (float products), order: per layer QK of every
-        head, V of every head, M_in, M_out (THEORY.md section 4 telescoping order)."""
+        head, V of every head, M_in, M_out (proofs_notes/theory.md section 4 telescoping order)."""
         mats: list[torch.Tensor] = []
         for l in range(self.arch.num_layers):
             mats += [self.score_matrix(l, h) for h in range(self.arch.num_heads)]

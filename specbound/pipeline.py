@@ -7,7 +7,7 @@ singular values (:mod:`specbound.certified`); choose a plan (the float planner
 recorded task, or the user's number -- flagged as not certified); evaluate the theorem in Arb
 (:func:`specbound.certified.bound.certify_bound`).
 
-Floats only *choose* (THEORY.md sections 6-7): whatever the plan, the returned bound is valid.
+Floats only *choose* (proofs_notes/theory.md sections 6-7): whatever the plan, the returned bound is valid.
 """
 
 from __future__ import annotations

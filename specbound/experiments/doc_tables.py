@@ -35,7 +35,7 @@ def scaling_markdown(study: dict, figures: Sequence[str] = ()) -> str:
         "Bound columns are the **numeric** bound (float64, uncertified; same theorem, same planner as the "
         "certified path): `bound` = empirical + 2 min(SS, DD) + confidence; `2SS` is the single-scale "
         "complexity alone (often above 2, where the trivial Dudley value DD = 1 at alpha = 1/4 caps the "
-        "bound). The two proxies are the paper's formulas (SPEC section 6), **not bounds**.",
+        "bound). The two proxies are the paper's formulas (docs/design.md section 6), **not bounds**.",
         "",
         "| L | N | params | train acc | test err (95% CP) | paper proxy | Edelman proxy | 2SS | 2DD | conf. | emp. | rho | bound |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",

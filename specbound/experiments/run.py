@@ -102,7 +102,7 @@ def proxies_of(weights) -> dict:
     """The paper's two proxies (float64, *not* bounds) as ``{"paper_ours": ..., "paper_edelman": ...}``."""
     result = paper_proxies(weights)
     return {"paper_ours": result.ours, "paper_edelman": result.edelman,
-            "note": "paper proxies (SPEC section 6), not bounds"}
+            "note": "paper proxies (docs/design.md section 6), not bounds"}
 
 
 def run_experiment(
@@ -115,7 +115,7 @@ def run_experiment(
 ) -> ExperimentResult:
     """Train (unless ``model`` is given), then measure test error, proxies and the certified bound.
 
-    Returns an :class:`ExperimentResult`.  Guarantee (the theorem, THEORY.md section 7): with
+    Returns an :class:`ExperimentResult`.  Guarantee (the theorem, proofs_notes/theory.md section 7): with
     probability ``>= 1 - delta`` over the bound sample, ``result.bound["value"]`` is at least the
     true error ``P(y f(X) <= 0)``; the observed test error estimates the latter.
     """

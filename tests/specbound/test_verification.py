@@ -17,7 +17,7 @@ MATRIX_KEYS = ("layer", "head", "type", "spectral_norm", "schatten_power", "prov
 
 
 def mixed_plan(n=2000):
-    """A hand-made plan with every kind of p (any plan is valid: THEORY.md sections 6-7)."""
+    """A hand-made plan with every kind of p (any plan is valid: proofs_notes/theory.md sections 6-7)."""
     from specbound.certified.bound import grid_m
     from specbound.checkpoint import load_weights
     from specbound.plan import BoundPlan, BoundSettings
