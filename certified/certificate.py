@@ -14,6 +14,7 @@ from the raw checkpoint) is an application step: :func:`specbound.verification.v
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 import platform
 from dataclasses import dataclass, field
@@ -21,7 +22,11 @@ from decimal import ROUND_CEILING, Context, Decimal
 from fractions import Fraction
 from pathlib import Path
 
+import numpy
+import sympy
 from flint import arb
+
+import specbound
 
 from specbound.certified.arb import WORK_PREC, ball_from_str, ball_to_str, precision
 from specbound.certified.radii import MatrixRounding, dominates, exact_value
@@ -58,13 +63,6 @@ def decimal_up(x: arb, digits: int = 12) -> str:
 
 
 def versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    import numpy
-    import sympy
-
-    import specbound
-
     out = {"python": platform.python_version(), "numpy": numpy.__version__, "sympy": sympy.__version__,
            "specbound": specbound.__version__}
     for dist in ("python-flint", "torch"):

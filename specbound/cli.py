@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 
+from . import __version__
 from .errors import SpecboundError
 
 COMMANDS: dict[str, str] = {
@@ -27,8 +28,6 @@ COMMANDS: dict[str, str] = {
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The full parser; with ``only`` set, import just that command's module (fast start-up)."""
     parser = argparse.ArgumentParser(prog="specbound", description=__doc__.splitlines()[0])
-    from . import __version__
-
     parser.add_argument("--version", action="version", version=f"specbound {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

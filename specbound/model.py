@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from specbound.checkpoint import open_checkpoint
 from specbound.errors import CheckpointError, LayoutError, NonFiniteError
 from specbound.vocabulary import ACTIVATIONS, ANALYSIS_LAYOUT
 
@@ -270,8 +271,6 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dic
     Reading and the per-tensor checks (dtype, NaN/Inf) are the loader's
     (:func:`specbound.checkpoint.open_checkpoint`); this adds only the format check.
     """
-    from .checkpoint import open_checkpoint
-
     ckpt = open_checkpoint(path)
     meta = dict(ckpt.metadata or {})
     if meta.get("format") != FORMAT:

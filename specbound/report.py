@@ -28,6 +28,8 @@ def _save_figure(fig, path: Path) -> None:
 
 
 def _pyplot():
+    # local on purpose: the Agg backend must be selected before pyplot is imported, and matplotlib
+    # costs start-up time to commands that draw nothing
     import matplotlib
 
     matplotlib.use("Agg", force=True)

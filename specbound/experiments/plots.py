@@ -23,6 +23,8 @@ def _save_figure(fig, path: Path) -> None:
 
 def scaling_plots(study: dict, folder: str | Path) -> list[Path]:
     """``bound_vs_depth.png``, ``bound_vs_width.png`` and ``contribution_vs_p.png`` into ``folder``."""
+    # local on purpose: the Agg backend must be selected before pyplot is imported, and matplotlib
+    # costs start-up time to commands that draw nothing
     import matplotlib
 
     matplotlib.use("Agg", force=True)  # files only, never a display
