@@ -32,6 +32,7 @@ from specbound.certified.arb import WORK_PREC, ball_from_str, ball_to_str, preci
 from specbound.certified.radii import MatrixRounding, dominates, exact_value
 from specbound.errors import SpecboundError
 from specbound.plan import BoundPlan, BoundSettings
+from specbound.vocabulary import EMPIRICAL_USER
 
 FORMAT = "specbound-certificate-v1"
 
@@ -112,7 +113,7 @@ def to_json(result) -> dict:
     if src.ramp is not None:
         emp.update(lower=ball(src.ramp.lower), upper=ball(src.ramp.upper), undecided=src.ramp.undecided,
                    errors01=src.ramp.errors01, prec=src.ramp.prec)
-    if src.kind == "user":
+    if src.kind == EMPIRICAL_USER:
         emp["note"] = "user-supplied empirical loss: NOT certified"
     is_bound = b.bound is not None
     final = {

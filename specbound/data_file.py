@@ -13,7 +13,7 @@ A data file is a ``.npz`` archive (read with ``allow_pickle=False``) holding
 inputs float64 (every such value is a binary64 number).  Each problem raises
 :class:`DataFileError` with one line naming the file and the array.  Whether ids fit the model's
 vocabulary, ``T`` its positional embedding and ``N`` its width is checked where the model is known
-(:func:`specbound.certified.forward.certified_ramp_loss`).
+(:func:`specbound.certified.ramp_loss.certified_ramp_loss`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import numpy as np
 from flint import arb
 
 from specbound.adapters import capabilities
-from specbound.certified.forward import certified_ramp_loss
+from specbound.certified.ramp_loss import certified_ramp_loss
 from specbound.checkpoint import file_sha256
 from specbound.data import default_checkpoint_path
 from specbound.data_file import dataset_from_arrays, load_data

@@ -6,7 +6,7 @@ One experiment (:func:`run_experiment`) trains an analysis-model Transformer on 
 * the **test error** on ``n_test`` fresh i.i.d. samples, with an exact Clopper-Pearson interval
   (:func:`clopper_pearson`);
 * the **certified empirical ramp loss** on the *bound sample* ``S`` of size ``n``
-  (:func:`specbound.certified.forward.certified_ramp_loss`);
+  (:func:`specbound.certified.ramp_loss.certified_ramp_loss`);
 * the **certified bound** of proofs_notes/theory.md section 7 with that same ``n``
   (:func:`specbound.pipeline.certify`), and its parts.
 

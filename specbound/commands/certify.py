@@ -13,7 +13,7 @@ import json
 import sys
 
 from specbound.errors import SpecboundError
-from specbound.vocabulary import READOUT_TRAINED, READOUTS
+from specbound.vocabulary import EMPIRICAL_DATA, EMPIRICAL_TASK, EMPIRICAL_USER, READOUT_TRAINED, READOUTS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,12 +88,12 @@ def _up(x) -> str:
 
 def _source_line(result) -> str:
     src = result.source
-    if src.kind == "data":
+    if src.kind == EMPIRICAL_DATA:
         return f"certified on data file {src.detail.get('path')} (n = {result.bound.settings.n})"
-    if src.kind == "task":
+    if src.kind == EMPIRICAL_TASK:
         d = src.detail
         return f"certified on {d['n']} fresh samples of task {d['task']['name']} (seed {d['seed']})"
-    if src.kind == "user":
+    if src.kind == EMPIRICAL_USER:
         return "user-supplied, NOT certified"
     return "missing"
 

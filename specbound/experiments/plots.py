@@ -9,6 +9,7 @@ import numpy as np
 
 from specbound.experiments.scaling import QUANTITIES, _quantity
 from specbound.output import write_bytes_atomic
+from specbound.vocabulary import MATRIX_KINDS
 
 
 # --------------------------------------------------------------------------- report
@@ -68,7 +69,7 @@ def scaling_plots(study: dict, folder: str | Path) -> list[Path]:
     c = mid["_contributions"]
     grid = np.asarray(c["grid"])
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-    colours = {"QK": "C0", "V_tilde": "C1", "M_in": "C2", "M_out": "C3"}
+    colours = {kind: f"C{i}" for i, kind in enumerate(MATRIX_KINDS)}
     for ax, key, title in ((axes[0], "ours", "our closed-form term (numeric)"),
                            (axes[1], "paper", "paper proxy c_j(p) (not a bound)")):
         seen = set()

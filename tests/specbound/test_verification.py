@@ -7,6 +7,7 @@ from fractions import Fraction
 import pytest
 
 from specbound.certified.certificate import CertificateError, decimal_up, read, to_json
+from specbound.errors import SpecboundError
 from specbound.pipeline import certify
 from specbound.verification import verify
 
@@ -86,7 +87,22 @@ TAMPERS = {
     "n changed": lambda c: c["settings"].__setitem__("n", c["settings"]["n"] * 10),
     "spectral norm changed": lambda c: c["matrices"][2].__setitem__("spectral_norm", "[0.5 +/- 1e-3]"),
     "contribution changed": lambda c: c["matrices"][3].__setitem__("contribution", "[0.01 +/- 1e-6]"),
+    "beta_c changed": lambda c: c["settings"]["bases"].__setitem__("beta_c", "2"),
 }
+
+
+def test_beta_c_is_compared_with_the_theorem_default(user_cert):
+    """The recorded base is checked against 1 + 1/(4L) recomputed from the checkpoint (it used to be
+    compared with itself): a base > 1 other than the default is named in a note."""
+    cert = copy.deepcopy(user_cert)
+    assert verify(cert).notes == [n for n in verify(cert).notes if "beta_c" not in n]
+    cert["settings"]["bases"]["beta_c"] = "2"
+    rep = verify(cert)
+    assert any("beta_c = 2 is not the default" in n for n in rep.notes)
+    assert not rep.valid  # the recomputation at base 2 disagrees with the recorded balls
+    cert["settings"]["bases"]["beta_c"] = "1"
+    with pytest.raises(SpecboundError, match="beta_c must be > 1"):
+        verify(cert)
 
 
 @pytest.mark.parametrize("name", sorted(TAMPERS))
