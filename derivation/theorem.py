@@ -367,6 +367,17 @@ def diff_report(a: Theorem, b: Theorem) -> list[str]:
     return out
 
 
+def theorem_for(settings, activation: str) -> Theorem:
+    """The assembled theorem in force for bound settings and a network's activation.
+
+    ``settings`` is any object with ``.overrides`` (pairs name, value), ``.massart`` and
+    ``.dudley`` (e.g. :class:`specbound.plan.BoundSettings`); unknown activations raise a
+    DerivationError.  Settings stay a value object: assembling a theorem is this layer's job.
+    """
+    return assemble(dict(settings.overrides) or None, massart=settings.massart,
+                    dudley=settings.dudley, activation=activation)
+
+
 def unified_diff(a: str, b: str, names: tuple[str, str] = ("a", "b")) -> str:
     """A unified diff of two renderings (used by the golden tests)."""
     return "".join(difflib.unified_diff(a.splitlines(True), b.splitlines(True), *names))
@@ -384,9 +395,3 @@ def readout_free_forms(T: Theorem) -> dict[str, sp.Expr]:
     if ss.has(B_w) or dd.has(vartheta_w) or lam.has(k_w):
         raise AssertionError("could not remove the read-out summand from the theorem")
     return {"ss_closed": ss, "dd_closed": dd, "Lambda_total": lam}
-
-
-def theorem_for(settings, activation: str) -> Theorem:
-    """The assembled theorem in force for ``settings`` (a BoundSettings: overrides and chaining
-    variants) and the network's activation (unknown activations raise a DerivationError)."""
-    return assemble(dict(settings.overrides) or None, massart=settings.massart, dudley=settings.dudley, activation=activation)
