@@ -65,8 +65,9 @@ def float_margins(weights, data) -> np.ndarray | None:
 
 
 def choose_plan(weights, settings, enclosures, margins=None):
-    """The float planner's plan (:func:`specbound.numeric.planner.choose_plan`)."""
-    return planner.choose_plan(weights, settings, margins=margins)
+    """The float planner's plan (:func:`specbound.numeric.planner.choose_plan`, which reads the
+    enclosures' midpoints instead of a second float SVD)."""
+    return planner.choose_plan(weights, settings, enclosures, margins)
 
 
 # ------------------------------------------------------------------------------------------------
