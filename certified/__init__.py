@@ -5,7 +5,7 @@ Public names are re-exported lazily (importing ``specbound.certified.arb`` must 
 * :func:`certify_bound`, :class:`CertifiedBound`, :class:`CertifiedMatrixTerm` (``certified.bound``);
 * :func:`index_up`, :func:`index_down`, :func:`round_matrix`, :func:`dominates` (``certified.radii``);
 * :func:`to_json`, :func:`verify`, :class:`VerificationReport` (``certified.certificate``);
-* :func:`enclose` (``certified.factored``), :func:`certified_ramp_loss` (``certified.forward``).
+* :func:`enclose` (``certified.factored``), :func:`certified_ramp_loss` (``certified.ramp_loss``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ _EXPORTS = {
     "MatrixRounding": "radii",
     "to_json": "certificate", "verify": "certificate", "VerificationReport": "certificate",
     "CertificateError": "certificate",
-    "enclose": "factored", "certified_ramp_loss": "forward", "RampLossCertificate": "forward",
+    "enclose": "factored", "certified_ramp_loss": "ramp_loss", "RampLossCertificate": "ramp_loss",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -23,6 +23,7 @@ from typing import Iterator, Mapping
 import sympy as sp
 
 from specbound.errors import SpecboundError
+from specbound.vocabulary import ACTIVATIONS
 
 from . import covering, lipschitz, posthoc, rademacher
 from .lemma import Lemma
@@ -76,7 +77,7 @@ OVERRIDABLE: Mapping[str, tuple[sp.Symbol, str]] = MappingProxyType({
 })
 
 VARIANTS = {"massart": ("centred", "uncentred"), "dudley": ("centred", "uncentred"),
-            "activation": ("gelu", "gelu_tanh", "relu"), "model": ("plain", "residual")}
+            "activation": ACTIVATIONS, "model": ("plain", "residual")}
 
 
 @dataclass(frozen=True)

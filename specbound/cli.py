@@ -12,12 +12,13 @@ import argparse
 import importlib
 import sys
 
+from . import __version__
 from .errors import SpecboundError
 
 COMMANDS: dict[str, str] = {
     "certify": "certified bound of a checkpoint (default: the embedded model)",
     "verify": "re-check a certificate JSON independently",
-    "proxies": "the paper's BERT-adapted proxies (SPEC section 6), exactly",
+    "proxies": "the paper's BERT-adapted proxies (docs/design.md section 6), exactly",
     "spectra": "singular values and norm summary per matrix",
     "theorem": "the assembled theorem rendered from SymPy",
     "experiment": "train/evaluate reference models: bound vs observed error, scaling study",
@@ -27,8 +28,6 @@ COMMANDS: dict[str, str] = {
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The full parser; with ``only`` set, import just that command's module (fast start-up)."""
     parser = argparse.ArgumentParser(prog="specbound", description=__doc__.splitlines()[0])
-    from . import __version__
-
     parser.add_argument("--version", action="version", version=f"specbound {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True

@@ -13,17 +13,17 @@ A data file is a ``.npz`` archive (read with ``allow_pickle=False``) holding
 inputs float64 (every such value is a binary64 number).  Each problem raises
 :class:`DataFileError` with one line naming the file and the array.  Whether ids fit the model's
 vocabulary, ``T`` its positional embedding and ``N`` its width is checked where the model is known
-(:func:`specbound.certified.forward.certified_ramp_loss`).
+(:func:`specbound.certified.ramp_loss.certified_ramp_loss`).
 """
 
 from __future__ import annotations
 
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from specbound.dataset import DataSet
 from specbound.errors import SpecboundError
 
 KEYS: tuple[str, ...] = ("labels", "tokens", "inputs")
@@ -31,26 +31,6 @@ KEYS: tuple[str, ...] = ("labels", "tokens", "inputs")
 
 class DataFileError(SpecboundError):
     """A data file is missing, unreadable, or its arrays do not form a labelled sample."""
-
-
-@dataclass(frozen=True, eq=False)
-class DataSet:
-    """A validated labelled sample: ``labels`` (n,) int8 in {-1, +1} and exactly one of
-    ``tokens`` (n, T) int64 ids or ``inputs`` (n, T, N) float64 rows (before ``Pi``)."""
-
-    labels: np.ndarray
-    tokens: np.ndarray | None = None
-    inputs: np.ndarray | None = None
-    source: str = "<arrays>"
-
-    @property
-    def n(self) -> int:
-        return int(self.labels.shape[0])
-
-    @property
-    def seq_len(self) -> int:
-        rows = self.tokens if self.tokens is not None else self.inputs
-        return int(rows.shape[1])
 
 
 def _labels(where: str, labels: np.ndarray) -> np.ndarray:

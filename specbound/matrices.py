@@ -1,4 +1,4 @@
-"""Named weight matrices of the analysis model (THEORY.md section 1), in row-vector orientation.
+"""Named weight matrices of the analysis model (proofs_notes/theory.md section 1), in row-vector orientation.
 
 A token is a row ``x`` and a linear map is ``x -> x @ W``.  Per layer ``l`` and head ``h`` the covered
 matrices are
@@ -25,10 +25,7 @@ from functools import cached_property
 
 import numpy as np
 
-MATRIX_TYPES: tuple[str, ...] = ("QK", "V_tilde", "M_in", "M_out")
-"""The four covered matrix types, in the order the network cover telescopes within a layer."""
-
-ACTIVATIONS: tuple[str, ...] = ("gelu", "gelu_tanh", "relu")
+from specbound.vocabulary import ACTIVATIONS, MATRIX_KINDS  # noqa: F401  (re-exported for adapters)
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,7 +80,7 @@ class AnalysisWeights:
     """All covered matrices of one network plus the architecture facts the theorem needs.
 
     ``matrices`` is ordered layer by layer; within a layer: QK of every head, V_tilde of every head,
-    M_in, M_out (the telescoping order of THEORY.md section 4).  ``readout`` is the CLS read-out
+    M_in, M_out (the telescoping order of proofs_notes/theory.md section 4).  ``readout`` is the CLS read-out
     vector ``w`` (shape (N,)) when the checkpoint has one (the project's own model), else None.
     """
 
@@ -118,6 +115,6 @@ class AnalysisWeights:
 
 
 def ordered(matrices: list[NamedMatrix]) -> tuple[NamedMatrix, ...]:
-    """Sort into the canonical telescoping order (layer, type, head)."""
-    rank = {k: i for i, k in enumerate(MATRIX_TYPES)}
+    """Sort into the canonical telescoping order (layer, kind, head)."""
+    rank = {k: i for i, k in enumerate(MATRIX_KINDS)}
     return tuple(sorted(matrices, key=lambda m: (m.layer, rank[m.kind], m.head)))

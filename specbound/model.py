@@ -1,4 +1,4 @@
-"""The analysis-model Transformer of THEORY.md section 1, as a torch module.
+"""The analysis-model Transformer of proofs_notes/theory.md section 1, as a torch module.
 
 Row-vector convention: a token is a row ``x`` of width ``N`` and a linear map is ``x -> x @ W``.
 For layers ``l = 1..L`` and heads ``h = 1..H`` (no residual, no score scaling)::
@@ -31,10 +31,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from specbound.checkpoint import open_checkpoint
 from specbound.errors import CheckpointError, LayoutError, NonFiniteError
+from specbound.vocabulary import ACTIVATIONS, ANALYSIS_LAYOUT
 
-FORMAT = "specbound-analysis-v1"
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+FORMAT = ANALYSIS_LAYOUT
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def fixed_embedding(vocab_size: int, seq_len: int, width: int, seed: int) -> tup
 
 
 class AnalysisTransformer(nn.Module):
-    """THEORY.md section 1 analysis model (no residual), batched over token-id sequences.
+    """proofs_notes/theory.md section 1 analysis model (no residual), batched over token-id sequences.
 
     Learned parameters (layer ``l``): ``W_Q, W_K, W_V`` of shape (H, N, d), ``W_O`` (H, d, N),
     ``M_in`` (N, d_ff), ``M_out`` (d_ff, N); and the read-out ``w`` (N,).  Buffers: ``E`` (V, N),
@@ -190,7 +191,7 @@ class AnalysisTransformer(nn.Module):
 
     def covered_matrices(self) -> list[torch.Tensor]:
         """The ``J = L(2H + 2)`` covered matrices (float products), order: per layer QK of every
-        head, V of every head, M_in, M_out (THEORY.md section 4 telescoping order)."""
+        head, V of every head, M_in, M_out (proofs_notes/theory.md section 4 telescoping order)."""
         mats: list[torch.Tensor] = []
         for l in range(self.arch.num_layers):
             mats += [self.score_matrix(l, h) for h in range(self.arch.num_heads)]
@@ -270,8 +271,6 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dic
     Reading and the per-tensor checks (dtype, NaN/Inf) are the loader's
     (:func:`specbound.checkpoint.open_checkpoint`); this adds only the format check.
     """
-    from .checkpoint import open_checkpoint
-
     ckpt = open_checkpoint(path)
     meta = dict(ckpt.metadata or {})
     if meta.get("format") != FORMAT:

@@ -11,6 +11,9 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator, Protocol
 
+from rich.console import Console
+from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+
 
 class Progress(Protocol):
     """What the numeric code needs from a progress reporter: a count of finished work units."""
@@ -52,9 +55,6 @@ def progress_bar(total: float, description: str, *, enabled: bool = True) -> Ite
     if not (enabled and should_show()):
         yield SilentProgress()
         return
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
-
     bar = RichProgress(
         TextColumn("{task.description}"),
         BarColumn(),

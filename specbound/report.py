@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specbound.matrices import MATRIX_TYPES
+from specbound.vocabulary import MATRIX_KINDS
 from specbound.output import write_bytes_atomic, write_text_atomic
 
 SPECTRAL_DECAY_PNG = "spectral_decay.png"
@@ -28,6 +28,8 @@ def _save_figure(fig, path: Path) -> None:
 
 
 def _pyplot():
+    # local on purpose: the Agg backend must be selected before pyplot is imported, and matplotlib
+    # costs start-up time to commands that draw nothing
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -56,9 +58,9 @@ def plot_spectral_decay(spectra, folder: str | os.PathLike) -> Path:
     values = spectra.values.cpu().numpy()
     counts = spectra.counts.cpu().numpy()
     layers = sorted({m.layer for m in spectra.matrices})
-    fig, axes = plt.subplots(1, len(MATRIX_TYPES), figsize=(4 * len(MATRIX_TYPES), 3.5), squeeze=False)
+    fig, axes = plt.subplots(1, len(MATRIX_KINDS), figsize=(4 * len(MATRIX_KINDS), 3.5), squeeze=False)
     cmap = plt.get_cmap("viridis")
-    for ax, kind in zip(axes[0], MATRIX_TYPES):
+    for ax, kind in zip(axes[0], MATRIX_KINDS):
         for i, layer in enumerate(layers):
             rows = [j for j, m in enumerate(spectra.matrices) if m.kind == kind and m.layer == layer]
             if not rows:
@@ -89,8 +91,8 @@ def plot_contribution_vs_p(result, folder: str | os.PathLike) -> Path:
     plt = _pyplot()
     grid = np.asarray(result.grid)
     c = np.asarray(result.contributions)
-    fig, axes = plt.subplots(1, len(MATRIX_TYPES), figsize=(4 * len(MATRIX_TYPES), 3.5), squeeze=False)
-    for ax, kind in zip(axes[0], MATRIX_TYPES):
+    fig, axes = plt.subplots(1, len(MATRIX_KINDS), figsize=(4 * len(MATRIX_KINDS), 3.5), squeeze=False)
+    for ax, kind in zip(axes[0], MATRIX_KINDS):
         for j, rec in enumerate(result.matrices):
             if rec.type != kind or not c[j, 0] > 0:
                 continue

@@ -108,7 +108,7 @@ def margin_loss(margins: torch.Tensor, kind: str) -> torch.Tensor:
 
 def spectral_penalty(model: AnalysisTransformer, kind: str, p: float = 1.0) -> torch.Tensor:
     """``sum_j S_p(W_j)^(1/p)`` (``kind="schatten"``) or ``sum_j ||W_j||`` (``"spectral"``) over the
-    covered matrices A_lh, V_lh, M_in, M_out (THEORY.md section 1)."""
+    covered matrices A_lh, V_lh, M_in, M_out (proofs_notes/theory.md section 1)."""
     total = torch.zeros((), dtype=model.w.dtype)
     for W in model.covered_matrices():
         s = torch.linalg.svdvals(W)

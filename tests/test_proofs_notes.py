@@ -1,4 +1,4 @@
-"""The proof notes: one Markdown note per lemma of THEORY.md section 8, plus an index.
+"""The proof notes: one Markdown note per lemma of proofs_notes/theory.md section 8, plus an index.
 
 These are documentation checks: every machine name of the lemma register has a note with the
 required sections, the note names its lemma, and the index links every note.
@@ -15,7 +15,7 @@ from tests.derivation.test_register import SECTION_8
 
 NOTES = Path(__file__).resolve().parents[1] / "proofs_notes"
 
-#: The machine names of THEORY.md section 8, in register order (one list, typed from the document).
+#: The machine names of proofs_notes/theory.md section 8, in register order (one list, typed from the document).
 MACHINE_NAMES = tuple(SECTION_8)
 
 REQUIRED_SECTIONS = ("Statement", "Assumptions", "Proof", "Constants", "Implementation hazards",

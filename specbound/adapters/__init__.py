@@ -37,4 +37,15 @@ def detect(ckpt) -> ModuleType:
     )
 
 
-__all__ = ["ADAPTERS", "detect", "analysis", "bert"]
+# --- MINIMAL STUB (structure_app branch): the adapter-registry work replaces this function with a
+# --- registry lookup providing the same signature and meaning.
+def capabilities(layout: str) -> frozenset[str]:
+    """What an adapter of ``layout`` can give, from ``specbound.vocabulary.CAPABILITIES``:
+    "matrices" (always), "float_forward" (float margins for choosing rho), "recorded_task" (a task
+    record to draw fresh samples from)."""
+    if layout == analysis.LAYOUT:
+        return frozenset({"matrices", "float_forward", "recorded_task"})
+    return frozenset({"matrices"})
+
+
+__all__ = ["ADAPTERS", "capabilities", "detect", "analysis", "bert"]

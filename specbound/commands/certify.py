@@ -13,6 +13,7 @@ import json
 import sys
 
 from specbound.errors import SpecboundError
+from specbound.vocabulary import EMPIRICAL_DATA, EMPIRICAL_TASK, EMPIRICAL_USER, READOUT_TRAINED, READOUTS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", default=None, metavar="S", help="seed of those samples (default 3)")
     parser.add_argument("--num-heads", default=None, metavar="H",
                         help="attention heads (needed for a BERT state dict without config.json)")
-    parser.add_argument("--readout", choices=("trained", "fixed"), default="trained",
+    parser.add_argument("--readout", choices=READOUTS, default=READOUT_TRAINED,
                         help="read-out fitted on the sample (covered) or fixed in advance")
     parser.add_argument("--out", default=None, metavar="CERT.json", help="write the certificate JSON")
     parser.add_argument("--json", action="store_true", help="print the certificate JSON instead of tables")
@@ -87,12 +88,12 @@ def _up(x) -> str:
 
 def _source_line(result) -> str:
     src = result.source
-    if src.kind == "data":
+    if src.kind == EMPIRICAL_DATA:
         return f"certified on data file {src.detail.get('path')} (n = {result.bound.settings.n})"
-    if src.kind == "task":
+    if src.kind == EMPIRICAL_TASK:
         d = src.detail
         return f"certified on {d['n']} fresh samples of task {d['task']['name']} (seed {d['seed']})"
-    if src.kind == "user":
+    if src.kind == EMPIRICAL_USER:
         return "user-supplied, NOT certified"
     return "missing"
 

@@ -1,4 +1,4 @@
-"""``specbound proxies CHECKPOINT``: the paper's BERT-adapted proxies (SPEC section 6), exactly.
+"""``specbound proxies CHECKPOINT``: the paper's BERT-adapted proxies (docs/design.md section 6), exactly.
 
 Prints a per-matrix table and the two proxy values, and says where our rigorous theorem differs.
 These numbers are the paper's *proxies*, not bounds (see :mod:`specbound.numeric.proxies`).
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     out = console()
-    table = Table(title=f"Paper proxies (SPEC section 6): {args.checkpoint}")
+    table = Table(title=f"Paper proxies (docs/design.md section 6): {args.checkpoint}")
     for col in ("layer", "head", "type", "spectral", "(2,1)", "num. rank", "p_opt", "contribution",
                 "gamma", "alpha", "scale"):
         table.add_column(col, justify="left" if col == "type" else "right")

@@ -1,7 +1,7 @@
 """``specbound spectra CHECKPOINT``: singular values and a norm summary of every covered matrix.
 
 Fast float64 path (uncertified).  Columns: spectral, Frobenius, nuclear, (2,1) (sum of column l2
-norms), (1,1), numerical rank (SPEC section 6 threshold) and stable rank.
+norms), (1,1), numerical rank (docs/design.md section 6 threshold) and stable rank.
 """
 
 from __future__ import annotations

@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specbound.vocabulary import ACTIVATIONS
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("text", "markdown", "latex"), default="text",
                         help="output format (default: text)")
     parser.add_argument("--massart", choices=("centred", "uncentred"), default="centred",
-                        help="single-scale chaining form (default: centred, THEORY.md 10.1)")
+                        help="single-scale chaining form (default: centred, proofs_notes/theory.md section 10.1)")
     parser.add_argument("--dudley", choices=("centred", "uncentred"), default="centred",
                         help="Dudley form (default: centred, upper limit 1/4)")
-    parser.add_argument("--activation", choices=("gelu", "gelu_tanh", "relu"), default="gelu")
+    parser.add_argument("--activation", choices=ACTIVATIONS, default=ACTIVATIONS[0])
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a lemma constant (C_sm, L_phi, B_phi), e.g. --set C_sm=2")
 

@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specbound.certified.certificate import verify
+    from specbound.verification import verify
 
     report = verify(args.certificate, args.checkpoint, recompute_empirical=not args.trust_empirical)
     for line in report.lines():

@@ -242,21 +242,6 @@ def test_fixed_readout_drops_the_readout_cost(default_model):
     assert fixed.Lambda.upper() < trained.Lambda.upper()
 
 
-def test_the_fallback_plan_gives_a_finite_certified_bound(default_model):
-    from specbound.pipeline import fallback_plan
-
-    w, encs = default_model
-    st = BoundSettings(n=4000)
-    margins = np.linspace(3.0, 5.0, 50)
-    plan = fallback_plan(w, st, encs, margins)
-    cb = certify_bound(w, st, plan, encs, arb(0))
-    assert cb.bound.is_finite() and cb.bound.upper() > 0
-    # per matrix, the chosen p gives the smallest closed-form term on the grid (midpoints)
-    other = certify_bound(w, st, replace(plan, p_index=tuple((i + 1) % (2 * plan.m + 1) for i in plan.p_index)),
-                          encs, arb(0))
-    assert all(a.contribution.mid() <= b.contribution.mid() for a, b in zip(cb.matrices, other.matrices))
-
-
 def test_settings_are_a_value_object_and_theorem_for_assembles():
     from specbound.derivation.theorem import assemble, theorem_for
 

@@ -21,13 +21,11 @@ from specbound.certified.forward import (
     ArbNetwork,
     activation,
     certified_forward,
-    certified_ramp_loss,
     embedded_input_ball,
     project_rows,
-    ramp_lower,
-    ramp_upper,
     softmax_rows,
 )
+from specbound.certified.ramp_loss import certified_ramp_loss, ramp_lower, ramp_upper
 from specbound.data_file import dataset_from_arrays
 from specbound.errors import CertificationError, LayoutError, SpecboundError
 from specbound.matrices import AnalysisWeights, NamedMatrix, ordered
@@ -385,7 +383,7 @@ def test_ramp_at_exact_points_is_the_derivations_ramp(u, rho):
 
 
 def test_float_endpoints_round_outward():
-    from specbound.certified.forward import RampLossCertificate
+    from specbound.certified.ramp_loss import RampLossCertificate
 
     third = arb(fmpq(1, 3))
     tiny = arb(fmpq(1, 2**1100))  # below the binary64 range

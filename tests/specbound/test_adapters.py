@@ -16,7 +16,7 @@ from safetensors import safe_open
 
 from specbound.checkpoint import load_weights
 from specbound.data import default_checkpoint_path
-from specbound.matrices import MATRIX_TYPES
+from specbound.vocabulary import MATRIX_KINDS
 from .test_checkpoint import CONTAINERS, write_checkpoint
 
 L, H, N, D_FF = 2, 3, 12, 20
@@ -80,7 +80,7 @@ def f64(a: np.ndarray) -> np.ndarray:
 
 
 def assert_canonical_order(w) -> None:
-    keys = [(m.layer, MATRIX_TYPES.index(m.kind), m.head) for m in w.matrices]
+    keys = [(m.layer, MATRIX_KINDS.index(m.kind), m.head) for m in w.matrices]
     assert keys == sorted(keys)
     assert w.num_matrices == w.num_layers * (2 * w.num_heads + 2)
 

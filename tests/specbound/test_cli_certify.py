@@ -52,7 +52,7 @@ def test_json_output_is_the_certificate(capsys):
 
 
 def test_certify_with_a_data_file(capsys, tmp_path):
-    from specbound.pipeline import task_record, task_sample
+    from specbound.empirical import task_record, task_sample
     from specbound.checkpoint import load_weights
 
     data = task_sample(task_record(load_weights(None), None), 10, 11)

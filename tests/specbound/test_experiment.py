@@ -137,7 +137,7 @@ def tiny_result(request, tiny_model):
 
 
 def test_certified_bound_is_at_least_the_lower_confidence_limit_of_the_test_error(tiny_result):
-    # Theorem (THEORY.md section 7): with prob >= 1 - delta, risk <= bound.  The observed error's
+    # Theorem (proofs_notes/theory.md section 7): with prob >= 1 - delta, risk <= bound.  The observed error's
     # 95% CP lower limit is below the risk with prob >= 0.975; a violation here means a bug.
     cfg, result = tiny_result
     b = result.bound

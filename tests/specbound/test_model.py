@@ -1,4 +1,4 @@
-"""The analysis model computes exactly THEORY.md section 1, and its checkpoints round-trip exactly.
+"""The analysis model computes exactly proofs_notes/theory.md section 1, and its checkpoints round-trip exactly.
 
 The reference below is written independently of specbound.model: plain Python loops over rows in
 mpmath at 40 digits, forming A = W_Q W_K^T and V = W_V W_O explicitly (the module never forms them

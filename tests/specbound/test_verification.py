@@ -1,4 +1,4 @@
-"""The certificate round trip: verify accepts its own certificate and rejects tampered ones."""
+"""The certificate round trip (specbound/verification.py): verify accepts its own certificate and rejects tampered ones."""
 
 import copy
 import json
@@ -6,10 +6,10 @@ from fractions import Fraction
 
 import pytest
 
-from specbound.certified.certificate import (
-    CertificateError, decimal_up, read, to_json, verify,
-)
+from specbound.certified.certificate import CertificateError, decimal_up, read, to_json
+from specbound.errors import SpecboundError
 from specbound.pipeline import certify
+from specbound.verification import verify
 
 REQUIRED = ("format", "checkpoint", "settings", "versions", "plan", "choices", "empirical_source",
             "balls", "matrices", "result")
@@ -18,7 +18,7 @@ MATRIX_KEYS = ("layer", "head", "type", "spectral_norm", "schatten_power", "prov
 
 
 def mixed_plan(n=2000):
-    """A hand-made plan with every kind of p (any plan is valid: THEORY.md sections 6-7)."""
+    """A hand-made plan with every kind of p (any plan is valid: proofs_notes/theory.md sections 6-7)."""
     from specbound.certified.bound import grid_m
     from specbound.checkpoint import load_weights
     from specbound.plan import BoundPlan, BoundSettings
@@ -87,7 +87,22 @@ TAMPERS = {
     "n changed": lambda c: c["settings"].__setitem__("n", c["settings"]["n"] * 10),
     "spectral norm changed": lambda c: c["matrices"][2].__setitem__("spectral_norm", "[0.5 +/- 1e-3]"),
     "contribution changed": lambda c: c["matrices"][3].__setitem__("contribution", "[0.01 +/- 1e-6]"),
+    "beta_c changed": lambda c: c["settings"]["bases"].__setitem__("beta_c", "2"),
 }
+
+
+def test_beta_c_is_compared_with_the_theorem_default(user_cert):
+    """The recorded base is checked against 1 + 1/(4L) recomputed from the checkpoint (it used to be
+    compared with itself): a base > 1 other than the default is named in a note."""
+    cert = copy.deepcopy(user_cert)
+    assert verify(cert).notes == [n for n in verify(cert).notes if "beta_c" not in n]
+    cert["settings"]["bases"]["beta_c"] = "2"
+    rep = verify(cert)
+    assert any("beta_c = 2 is not the default" in n for n in rep.notes)
+    assert not rep.valid  # the recomputation at base 2 disagrees with the recorded balls
+    cert["settings"]["bases"]["beta_c"] = "1"
+    with pytest.raises(SpecboundError, match="beta_c must be > 1"):
+        verify(cert)
 
 
 @pytest.mark.parametrize("name", sorted(TAMPERS))

@@ -1,0 +1,278 @@
+"""The certified empirical ramp loss: an upper bound of the theorem's empirical term.
+
+The term is ``(1/n) sum_i l_rho(y_i f(X_i))`` with the ramp ``l_rho(u) = min(1, max(0, 1 - u/rho))``
+(proofs_notes/theory.md section 1; the SymPy expression is ``specbound.derivation.rademacher.RAMP``).
+The outputs ``f(X_i)`` come from the certified forward pass (:mod:`specbound.certified.forward`).
+The ramp is nonincreasing in ``u`` (for ``rho > 0``), so ``l_rho(lower(u-ball))`` bounds each
+sample's loss; it is evaluated rigorously and the upper endpoints are summed exactly
+(proofs_notes/certified_forward.md).  Floats only choose the split of samples among worker processes.
+
+Public API: :func:`ramp_upper`, :func:`ramp_lower`, :class:`RampLossCertificate`,
+:func:`certified_ramp_loss`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from fractions import Fraction
+from multiprocessing import get_all_start_methods, get_context
+
+import numpy as np
+from flint import arb, arb_mat, ctx, fmpq
+
+from specbound.certified.forward import (
+    DEFAULT_PREC, ArbNetwork, Margin, certified_forward, embedded_input_ball, input_ball,
+)
+from specbound.dataset import DataSet
+from specbound.errors import LayoutError, SpecboundError
+from specbound.matrices import AnalysisWeights
+
+
+def _margin_ball(rho: Margin) -> arb:
+    """``rho`` as a ball containing the exact real margin (floats exact, strings as decimals)."""
+    r = rho if isinstance(rho, arb) else arb(rho)
+    if not (r > 0):
+        raise SpecboundError(f"margin rho must be a certainly positive real, got {rho!r}")
+    return r
+
+
+def ramp_upper(u: arb, rho: arb) -> arb:
+    """An exact point ``>= l_rho(v)`` for every real ``v`` in the ball ``u`` (``rho > 0``).
+
+    ``l_rho`` is nonincreasing, so ``l_rho(v) <= l_rho(lower(u))``; ``1 - lower(u)/rho`` is then
+    evaluated in Arb and its upper endpoint clamped to ``[0, 1]`` (clamping is monotone).  A
+    non-finite ball gives 1, the ramp's maximum.
+    """
+    if not u.is_finite():
+        return arb(1)
+    r = (1 - u.lower() / rho).upper()
+    if r >= 1:
+        return arb(1)
+    if r <= 0:
+        return arb(0)
+    return r
+
+
+def ramp_lower(u: arb, rho: arb) -> arb:
+    """An exact point ``<= l_rho(v)`` for every real ``v`` in ``u`` (mirror of :func:`ramp_upper`)."""
+    if not u.is_finite():
+        return arb(0)
+    r = (1 - u.upper() / rho).lower()
+    if r >= 1:
+        return arb(1)
+    if r <= 0:
+        return arb(0)
+    return r
+
+
+def _exact_fraction(point: arb) -> Fraction:
+    """The exact rational value of a radius-0 ball (an endpoint returned by lower()/upper())."""
+    man, exp = point.mid().man_exp()
+    return Fraction(int(man)) * Fraction(2) ** int(exp)
+
+
+@dataclass(frozen=True)
+class RampLossCertificate:
+    """Certified enclosure of the empirical ramp loss ``(1/n) sum_i l_rho(y_i f(X_i))``.
+
+    ``upper`` (the number the bound uses) and ``lower`` are exact points (Arb balls of radius 0)
+    with ``lower <= empirical loss <= upper`` for the exact real network.  ``undecided`` counts
+    samples whose margin ball ``y_i f(X_i)`` contains 0 or is not finite (sign not certified);
+    ``errors01`` counts samples certainly misclassified (``y f < 0`` certainly); ``max_radius`` is
+    the largest margin-ball radius (float, informational only); ``seconds`` the wall time.
+    """
+
+    upper: arb
+    lower: arb
+    n: int
+    rho: arb
+    undecided: int
+    errors01: int
+    max_radius: float
+    prec: int
+    seconds: float
+
+    @property
+    def per_sample_seconds(self) -> float:
+        return self.seconds / self.n
+
+    @property
+    def upper_float(self) -> float:
+        """The least binary64 number ``>= upper`` (safe to hand to float code)."""
+        return _float_toward(self.upper, math.inf)
+
+    @property
+    def lower_float(self) -> float:
+        """The greatest binary64 number ``<= lower``."""
+        return _float_toward(self.lower, -math.inf)
+
+
+def _float_toward(point: arb, direction: float) -> float:
+    """Round an exact point to binary64 in ``direction`` (compared exactly, subnormals included)."""
+    exact = _exact_fraction(point)
+    f = float(exact)  # correctly rounded to nearest
+    if (direction > 0 and Fraction(f) < exact) or (direction < 0 and Fraction(f) > exact):
+        f = math.nextafter(f, direction)
+    return f
+
+
+@dataclass(frozen=True)
+class _Partial:
+    """Exact partial sums of per-sample ramp bounds over a block of samples (picklable)."""
+
+    upper: Fraction
+    lower: Fraction
+    count: int
+    undecided: int
+    errors01: int
+    max_radius: float
+
+
+def _inputs_of(data: DataSet, weights: AnalysisWeights, embedding) -> Callable[[int], arb_mat]:
+    if data.inputs is not None:
+        if data.inputs.shape[2] != weights.width:
+            raise LayoutError(
+                f"{data.source}: inputs have width {data.inputs.shape[2]}, the network width is {weights.width}"
+            )
+        return lambda i: input_ball(data.inputs[i])
+    if embedding is None:
+        E = weights.extra.get("embedding.E")
+        P = weights.extra.get("embedding.P")
+    else:
+        E, P = embedding
+    if E is None:
+        raise LayoutError(
+            f"{data.source}: the data holds token ids but the model has no fixed embedding 'embedding.E'"
+        )
+    E = np.asarray(E, dtype=np.float64)
+    P = None if P is None else np.asarray(P, dtype=np.float64)
+    if E.ndim != 2 or E.shape[1] != weights.width:
+        raise LayoutError(f"embedding E has shape {E.shape}, expected (vocab, {weights.width})")
+    if P is not None and (P.ndim != 2 or P.shape[1] != weights.width):
+        raise LayoutError(f"embedding P has shape {P.shape}, expected (T, {weights.width})")
+    T = data.tokens.shape[1]
+    V = E.shape[0]
+    if data.tokens.max() >= V:
+        raise LayoutError(f"{data.source}: token ids must lie in [0, {V}) for this model, found {data.tokens.max()}")
+    if P is not None and P.shape[0] > 0 and T > P.shape[0]:
+        raise LayoutError(
+            f"{data.source}: sequence length {T} exceeds the model's positional embedding ({P.shape[0]} rows)"
+        )
+    return lambda i: embedded_input_ball(data.tokens[i], E, P)
+
+
+def _block(weights, data, rho, embedding, prec, start, stop) -> _Partial:
+    """Ramp bounds of samples ``start..stop-1``, summed exactly (runs in a worker process too)."""
+    r = _margin_ball(rho)
+    net = ArbNetwork.from_weights(weights)
+    rows_of = _inputs_of(data, weights, embedding)
+    hi = lo = Fraction(0)
+    undecided = errors = 0
+    max_radius = 0.0
+    with ctx.workprec(prec):
+        for i in range(start, stop):
+            u = certified_forward(net, rows_of(i), prec=prec)
+            if int(data.labels[i]) < 0:
+                u = -u
+            hi += _exact_fraction(ramp_upper(u, r))
+            lo += _exact_fraction(ramp_lower(u, r))
+            if not u.is_finite() or u.contains(0):
+                undecided += 1
+            elif u < 0:
+                errors += 1
+            max_radius = max(max_radius, float(u.rad()) if u.is_finite() else math.inf)
+    return _Partial(hi, lo, stop - start, undecided, errors, max_radius)
+
+
+def certified_ramp_loss(
+    weights: AnalysisWeights,
+    data: DataSet,
+    rho: Margin,
+    *,
+    embedding: tuple[np.ndarray, np.ndarray | None] | None = None,
+    prec: int = DEFAULT_PREC,
+    workers: int = 1,
+    progress: Callable[[int], None] | None = None,
+) -> RampLossCertificate:
+    """Certified enclosure of the empirical ramp loss of ``weights`` on ``data`` at margin ``rho``.
+
+    ``data`` is a :class:`specbound.dataset.DataSet` (token ids or already-embedded rows, labels
+    +-1).  Token ids are embedded with ``embedding = (E, P)`` or, by default, with the model's
+    fixed ``weights.extra['embedding.E'/'embedding.P']``.  ``rho`` is a positive float (exact), a
+    decimal string (enclosed), or an ``arb``.  ``workers > 1`` spreads samples over processes
+    (the result is identical: per-sample bounds are exact rationals summed exactly).
+    ``progress(k)`` is called with the number of samples done so far.
+
+    Guarantee: ``result.lower <= (1/n) sum_i l_rho(y_i f(X_i)) <= result.upper`` for the exact real
+    network and inputs ``X_i = Pi(rows_i)``.
+    """
+    began = time.perf_counter()
+    r = _margin_ball(rho)
+    _inputs_of(data, weights, embedding)  # validate before any work (and before forking)
+    n = int(data.labels.shape[0])
+    if workers <= 1 or n < 2:
+        parts = [_block(weights, data, r, embedding, prec, 0, n)]
+        if progress is not None:
+            progress(n)
+    else:
+        parts = _in_processes(weights, data, rho, r, embedding, prec, workers, progress)
+    hi = sum((p.upper for p in parts), Fraction(0)) / n
+    lo = sum((p.lower for p in parts), Fraction(0)) / n
+    with ctx.workprec(prec):
+        upper = arb(fmpq(hi.numerator, hi.denominator)).upper()
+        lower = arb(fmpq(lo.numerator, lo.denominator)).lower()
+    return RampLossCertificate(
+        upper=upper,
+        lower=lower,
+        n=n,
+        rho=r,
+        undecided=sum(p.undecided for p in parts),
+        errors01=sum(p.errors01 for p in parts),
+        max_radius=max(p.max_radius for p in parts),
+        prec=prec,
+        seconds=time.perf_counter() - began,
+    )
+
+
+def _in_processes(weights, data, rho, r, embedding, prec, workers, progress) -> list[_Partial]:
+    """The blocks of samples evaluated by ``workers`` processes (results in block order)."""
+    # arb objects do not pickle; a ball's decimal string encloses it (arb's printing guarantee).
+    rho_arg = r.str(30, radius=True) if isinstance(rho, arb) else rho
+    n = int(data.labels.shape[0])
+    size = max(1, -(-n // (4 * workers)))  # a few blocks per worker, for progress and balance
+    done = 0
+    parts = []
+    # fork where available: workers only run Arb code, and spawn would re-import an unguarded
+    # user script as __main__.
+    method = "fork" if "fork" in get_all_start_methods() else "spawn"
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context(method)) as pool:
+        futures = [
+            pool.submit(_block, weights, data, rho_arg, embedding, prec, a, min(n, a + size))
+            for a in range(0, n, size)
+        ]
+        for fut in as_completed(futures):
+            part = fut.result()
+            parts.append(part)
+            done += part.count
+            if progress is not None:
+                progress(done)
+    return parts
+
+
+__all__: Sequence[str] = (
+    "ArbNetwork",
+    "RampLossCertificate",
+    "activation",
+    "certified_forward",
+    "certified_ramp_loss",
+    "embedded_input_ball",
+    "input_ball",
+    "project_rows",
+    "ramp_lower",
+    "ramp_upper",
+    "softmax_rows",
+)

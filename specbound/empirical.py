@@ -1,0 +1,159 @@
+"""The empirical term of the bound and where it comes from, resolved in one place for both
+``specbound certify`` (:func:`resolve`) and ``specbound verify`` (:func:`from_record`,
+:func:`dataset_of`); both evaluate it with :func:`empirical_ball`.
+
+Sources (``specbound.vocabulary.EMPIRICAL_SOURCES``): a data file, fresh i.i.d. samples of the
+model's recorded task (both certified: the ramp loss by certified forward passes), a number the user
+supplied (NOT certified), or none (only complexity + confidence are certified).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from flint import arb
+
+from specbound.adapters import capabilities
+from specbound.certified.ramp_loss import certified_ramp_loss
+from specbound.checkpoint import file_sha256
+from specbound.data import default_checkpoint_path
+from specbound.data_file import dataset_from_arrays, load_data
+from specbound.dataset import DataSet
+from specbound.errors import SpecboundError
+from specbound.tasks import Task
+from specbound.vocabulary import (
+    CAPABILITY_RECORDED_TASK, CERTIFIED_SOURCES, EMPIRICAL_DATA, EMPIRICAL_NONE, EMPIRICAL_SOURCES,
+    EMPIRICAL_TASK, EMPIRICAL_USER,
+)
+
+DEFAULT_SAMPLES = 2000
+"""Fresh samples drawn for the embedded default (and own models with a recorded task)."""
+
+DEFAULT_SEED = 3
+"""Seed of those samples: numpy ``default_rng(seed)`` (training used 1, the test set 2)."""
+
+
+@dataclass(frozen=True)
+class EmpiricalSource:
+    """Where the empirical term comes from.
+
+    ``kind``: "data" (a data file; ``detail`` has its path and sha256), "task" (fresh i.i.d. samples of
+    the model's task; ``detail`` has the task, seed, n), "user" (a number the user supplied: NOT
+    certified) or "none" (no empirical term: only complexity + confidence are certified).
+    """
+
+    kind: str
+    certified: bool
+    detail: dict = field(default_factory=dict)
+    ramp: object | None = None  #: the RampLossCertificate when certified
+
+
+def task_record(weights, checkpoint: str | os.PathLike | None) -> dict | None:
+    """The recorded task of an own-format model: the embedded default's ``default.json``, or a
+    ``<checkpoint>.json`` record written next to a trained checkpoint (key ``task``)."""
+    path = default_checkpoint_path().with_suffix(".json") if checkpoint is None else Path(checkpoint).with_suffix(".json")
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        task = record["task"]
+        if not isinstance(task, dict) or "positions" not in task:
+            return None
+        return task
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def task_sample(task: dict, n: int, seed: int) -> DataSet:
+    """``n`` fresh i.i.d. samples of a recorded task, drawn with ``numpy.random.default_rng(seed)``."""
+    t = Task(name=str(task["name"]), rule=str(task["rule"]), seq_len=int(task["seq_len"]),
+             positions=tuple(int(p) for p in task["positions"]), vocab_size=int(task.get("vocab_size", 3)))
+    tokens, labels = t.sample(int(n), np.random.default_rng(int(seed)))
+    return dataset_from_arrays(labels, tokens=tokens, source=f"task {t.name} (seed {seed}, n {n})")
+
+
+def resolve(weights, checkpoint, data, *, n: int | None, empirical: float | None,
+            samples: int | None, seed: int | None) -> tuple[EmpiricalSource, DataSet | None, int]:
+    """The empirical source of a certify run, its sample and the sample size n.
+
+    First that applies: ``data`` (a .npz path or a DataSet: certified, n = its size); ``empirical``
+    (user-supplied, NOT certified; needs n); fresh ``samples`` (default 2000) of the model's recorded
+    task drawn with ``seed`` (default 3) when its adapter records tasks; else none (needs n).
+    Inconsistent inputs raise SpecboundError with one line.
+    """
+    dataset = data if data is None or isinstance(data, DataSet) else load_data(data)
+    if dataset is not None:
+        if empirical is not None:
+            raise SpecboundError("give either a data file or an empirical loss, not both")
+        if n is not None and n != dataset.n:
+            raise SpecboundError(f"n = {n} but the data file has {dataset.n} samples")
+        detail = {"path": str(getattr(dataset, "source", data))}
+        if isinstance(data, (str, os.PathLike)):
+            detail["sha256"] = file_sha256(Path(data))
+        return EmpiricalSource(EMPIRICAL_DATA, True, detail), dataset, dataset.n
+    if empirical is not None:
+        if n is None:
+            raise SpecboundError("an empirical loss needs the sample size: give --n")
+        return EmpiricalSource(EMPIRICAL_USER, False, {"value": float(empirical)}), None, n
+    records = CAPABILITY_RECORDED_TASK in capabilities(weights.layout)
+    task = task_record(weights, checkpoint) if records else None
+    if task is not None and not (samples is not None and samples == 0):
+        ns = DEFAULT_SAMPLES if samples is None else int(samples)
+        if ns < 1:
+            raise SpecboundError(f"--samples must be a positive integer, got {samples}")
+        sd = DEFAULT_SEED if seed is None else int(seed)
+        if n is not None and n != ns:
+            raise SpecboundError(f"n = {n} but {ns} samples are drawn; give one of them")
+        source = EmpiricalSource(EMPIRICAL_TASK, True, {"task": task, "seed": sd, "n": ns,
+                                                        "generator": "numpy.random.default_rng(seed)"})
+        return source, task_sample(task, ns, sd), ns
+    if samples is not None:
+        raise SpecboundError("this checkpoint records no task to draw samples from; give --data")
+    if n is None:
+        raise SpecboundError("no data and no empirical loss: give --n for the complexity part")
+    return EmpiricalSource(EMPIRICAL_NONE, False, {}), None, n
+
+
+def from_record(record: dict) -> EmpiricalSource:
+    """The EmpiricalSource written in a certificate's ``empirical_source`` (ValueError if its kind is
+    not one of ``EMPIRICAL_SOURCES``)."""
+    kind = record.get("kind")
+    if kind not in EMPIRICAL_SOURCES:
+        raise ValueError(f"empirical source kind {kind!r}")
+    return EmpiricalSource(kind, kind in CERTIFIED_SOURCES, dict(record.get("detail") or {}))
+
+
+def dataset_of(source: EmpiricalSource) -> DataSet | None:
+    """The sample of a certified source, re-created: the data file read again, or the recorded task's
+    samples drawn again with the recorded seed (None for "user" and "none")."""
+    if source.kind == EMPIRICAL_TASK:
+        d = source.detail
+        return task_sample(d["task"], int(d["n"]), int(d["seed"]))
+    if source.kind == EMPIRICAL_DATA:
+        return load_data(Path(source.detail["path"]))
+    return None
+
+
+def default_workers() -> int:
+    """Worker processes for the certified forward passes: at most 2 (memory), at least 1."""
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def empirical_ball(weights, source: EmpiricalSource, dataset: DataSet | None, rho: arb, *,
+                   workers: int | None = None, progress=None) -> tuple[arb | None, object | None]:
+    """(the empirical term as an Arb ball, the RampLossCertificate or None).
+
+    Certified sources: the certified ramp loss of ``dataset`` at margin ``rho`` (its upper ball);
+    "user": the user's number as a ball (NOT certified); "none": (None, None).
+    """
+    if source.kind in CERTIFIED_SOURCES:
+        ramp = certified_ramp_loss(weights, dataset, rho, workers=workers or default_workers(),
+                                   progress=progress)
+        return ramp.upper, ramp
+    if source.kind == EMPIRICAL_USER:
+        return arb(float(source.detail["value"])), None
+    return None, None

@@ -1,0 +1,89 @@
+"""The scaling study's figures (matplotlib, an optional dependency: imported where used)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+from specbound.experiments.scaling import QUANTITIES, _quantity
+from specbound.output import write_bytes_atomic
+from specbound.vocabulary import MATRIX_KINDS
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _save_figure(fig, path: Path) -> None:
+    """Render to memory, then place the PNG atomically (never a half-written file)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    write_bytes_atomic(path, buffer.getvalue())
+
+
+def scaling_plots(study: dict, folder: str | Path) -> list[Path]:
+    """``bound_vs_depth.png``, ``bound_vs_width.png`` and ``contribution_vs_p.png`` into ``folder``."""
+    # local on purpose: the Agg backend must be selected before pyplot is imported, and matplotlib
+    # costs start-up time to commands that draw nothing
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)  # files only, never a display
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    folder = Path(folder)
+    rows = study["rows"]
+    depths = sorted({r["L"] for r in rows})
+    widths = sorted({r["N"] for r in rows})
+    at = {(r["L"], r["N"]): r for r in rows}
+    styles = {"paper_ours": "o-", "paper_edelman": "s--", "complexity_ss": "^-", "bound": "v:"}
+    paths = []
+    for name, outer, inner, xlabel in (("bound_vs_depth.png", widths, depths, "depth L"),
+                                       ("bound_vs_width.png", depths, widths, "width N")):
+        fig, axes = plt.subplots(1, len(outer), figsize=(4 * len(outer), 3.4), squeeze=False)
+        for ax, o in zip(axes[0], outer):
+            for key, label in QUANTITIES.items():
+                xs, ys = [], []
+                for i in inner:
+                    r = at.get((o, i) if xlabel == "width N" else (i, o))
+                    if r is not None and _quantity(r, key) > 0:
+                        xs.append(i)
+                        ys.append(_quantity(r, key))
+                ax.loglog(xs, ys, styles[key], label=label, ms=4)
+            ax.set_title(("N = " if xlabel == "depth L" else "L = ") + str(o))
+            ax.set_xlabel(xlabel)
+            ax.set_xticks(inner)
+            ax.set_xticklabels([str(i) for i in inner])
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0][0].legend(fontsize="x-small")
+        fig.suptitle(f"Proxies (not bounds) and our numeric bound vs {xlabel}", y=1.03)
+        path = folder / name
+        _save_figure(fig, path)
+        plt.close(fig)
+        paths.append(path)
+
+    # contribution vs p for the middle model
+    mid = at.get((depths[len(depths) // 2], widths[len(widths) // 2]), rows[0])
+    c = mid["_contributions"]
+    grid = np.asarray(c["grid"])
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    colours = {kind: f"C{i}" for i, kind in enumerate(MATRIX_KINDS)}
+    for ax, key, title in ((axes[0], "ours", "our closed-form term (numeric)"),
+                           (axes[1], "paper", "paper proxy c_j(p) (not a bound)")):
+        seen = set()
+        for j, kind in enumerate(c["types"]):
+            ax.semilogy(grid, c[key][j], color=colours.get(kind, "k"), lw=0.8, alpha=0.7,
+                        label=None if kind in seen else kind)
+            seen.add(kind)
+        ax.set_title(title)
+        ax.set_xlabel("p")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize="x-small")
+    fig.suptitle(f"Per-matrix contribution vs p (L = {mid['L']}, N = {mid['N']})", y=1.03)
+    path = folder / "contribution_vs_p.png"
+    _save_figure(fig, path)
+    plt.close(fig)
+    paths.append(path)
+    return paths

@@ -1,0 +1,233 @@
+"""One experiment: train a model, measure its test error, certify its bound (:func:`run_experiment`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+import math
+from pathlib import Path
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from specbound.certified.arb import float_lower as lo
+from specbound.certified.arb import float_upper as up
+from specbound.checkpoint import load_weights
+from specbound.data_file import dataset_from_arrays
+from specbound.experiments.binomial import clopper_pearson
+from specbound.experiments.config import ExperimentConfig
+from specbound.numeric.proxies import paper_proxies
+from specbound.pipeline import certify
+from specbound.train import train
+
+
+# --------------------------------------------------------------------------- one experiment
+
+
+def weights_of(model) -> "AnalysisWeights":  # noqa: F821
+    """The :class:`~specbound.matrices.AnalysisWeights` of a trained model.
+
+    Goes through the checkpoint file format on purpose: what is certified is exactly what
+    ``specbound certify FILE`` would certify for the saved model (one adapter, one source of truth).
+    """
+
+    with tempfile.TemporaryDirectory(prefix="specbound-exp-") as folder:
+        path = Path(folder) / "model.safetensors"
+        model.save(path)
+        return load_weights(path)
+
+
+@dataclass(frozen=True)
+class ObservedError:
+    """Observed 0-1 error on a fresh sample with its exact confidence interval."""
+    n: int
+    errors: int
+    rate: float
+    lower: float
+    upper: float
+    confidence: float
+    seed: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def observed_error(model, tokens: np.ndarray, labels: np.ndarray, *, confidence: float = 0.95, seed: int = -1) -> ObservedError:
+    """0-1 error of ``model`` (a zero output counts as an error, as in the theorem's ``y f <= 0``)
+    on the given sample, with the Clopper-Pearson interval (:func:`clopper_pearson`)."""
+    n = int(len(labels))
+    errors = int(np.count_nonzero(float_margins(model, tokens, labels) <= 0))
+    lo, hi = clopper_pearson(errors, n, confidence)
+    return ObservedError(n=n, errors=errors, rate=errors / n, lower=lo, upper=hi, confidence=confidence, seed=seed)
+
+
+@dataclass(frozen=True)
+class ExperimentResult:
+    """What :func:`run_experiment` measured (JSON-able through :meth:`as_dict`)."""
+    config: ExperimentConfig
+    training: dict
+    test: ObservedError
+    bound: dict
+    proxies: dict
+    seconds: dict
+    model: object = field(default=None, repr=False, compare=False)  #: the trained AnalysisTransformer
+
+    @property
+    def ratio(self) -> float:
+        """bound / observed test error (``inf`` when no test error was observed)."""
+        value = self.bound.get("value", math.nan)
+        return value / self.test.rate if self.test.rate > 0 else math.inf
+
+    def as_dict(self) -> dict:
+        return {
+            "config": self.config.as_dict(),
+            "training": self.training,
+            "test": self.test.as_dict(),
+            "bound": self.bound,
+            # null (not Infinity/NaN, which strict JSON lacks) when no error was observed
+            "bound_over_test_error": _finite_or_none(self.ratio),
+            "bound_over_test_upper": _finite_or_none(self.bound.get("value", math.nan) / self.test.upper),
+            "proxies": self.proxies,
+            "seconds": self.seconds,
+        }
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def proxies_of(weights) -> dict:
+    """The paper's two proxies (float64, *not* bounds) as ``{"paper_ours": ..., "paper_edelman": ...}``."""
+    result = paper_proxies(weights)
+    return {"paper_ours": result.ours, "paper_edelman": result.edelman,
+            "note": "paper proxies (docs/design.md section 6), not bounds"}
+
+
+def run_experiment(
+    config: ExperimentConfig,
+    *,
+    model=None,
+    certify_bound: bool = True,
+    progress: Callable[[str], None] | None = None,
+    keep_model: bool = True,
+) -> ExperimentResult:
+    """Train (unless ``model`` is given), then measure test error, proxies and the certified bound.
+
+    Returns an :class:`ExperimentResult`.  Guarantee (the theorem, proofs_notes/theory.md section 7): with
+    probability ``>= 1 - delta`` over the bound sample, ``result.bound["value"]`` is at least the
+    true error ``P(y f(X) <= 0)``; the observed test error estimates the latter.
+    """
+    say = progress or (lambda _msg: None)
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if model is None:
+        say(f"training {config.train.num_layers} layer(s), width {config.train.width}, {config.train.steps} steps")
+        model, record = train(config.train)
+    else:
+        record = {"config": asdict(config.train), "note": "model supplied by the caller"}
+    seconds["train"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    tokens, labels = config.test_sample()
+    observed = observed_error(model, tokens, labels, confidence=config.confidence, seed=config.test_seed)
+    seconds["test"] = time.perf_counter() - t0
+
+    weights = weights_of(model)
+    t0 = time.perf_counter()
+    proxies = proxies_of(weights)
+    seconds["proxies"] = time.perf_counter() - t0
+
+    bound: dict = {}
+    if certify_bound:
+        t0 = time.perf_counter()
+        say(f"certified bound on n = {config.bound_n} samples ({config.sample})")
+        bound = certified_bound(model, config)
+        seconds["bound"] = time.perf_counter() - t0
+    return ExperimentResult(config=config, training=record, test=observed, bound=bound,
+                            proxies=proxies, seconds=seconds, model=model if keep_model else None)
+
+
+# --------------------------------------------------------------------------- the bound
+
+
+def float_margins(model, tokens: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """float64 margins ``y f(X)`` (uncertified; used only to *choose* the margin rho)."""
+    with torch.no_grad():
+        out = torch.cat([model(torch.from_numpy(tokens[i:i + 8192])) for i in range(0, len(tokens), 8192)])
+    return out.numpy() * labels
+
+
+def certified_bound(model, config: ExperimentConfig, *, plan=None) -> dict:
+    """The certified bound of ``model`` on the bound sample of ``config`` (see the module
+    docstring for which sample), via :func:`specbound.pipeline.certify`.
+
+    The model is saved to a temporary checkpoint and certified from the file, so the numbers are
+    those ``specbound certify`` gives for the saved model.  The empirical term is the certified
+    ramp loss on the bound sample (so its ``n`` is the complexity term's ``n``).  Returns a
+    JSON-able dict (:func:`bound_summary`).
+    """
+
+    tokens, labels = config.bound_sample()
+    data = dataset_from_arrays(labels, tokens=tokens, source=f"bound sample ({config.sample}, n={len(labels)})")
+    with tempfile.TemporaryDirectory(prefix="specbound-exp-") as folder:
+        path = Path(folder) / "model.safetensors"
+        model.save(path)
+        result = certify(path, data=data, delta=config.delta, margin=config.margin,
+                         workers=config.workers, plan=plan)
+    out = bound_summary(result.bound)
+    ramp = result.source.ramp
+    out["empirical_sample"] = {
+        "kind": config.sample, "n": int(data.n),
+        "seed": config.bound_seed if config.sample == "fresh" else config.train.data_seed,
+        "certified_lower": float_lower(ramp.lower), "certified_upper": float_upper(ramp.upper),
+        "undecided": int(ramp.undecided), "certainly_misclassified": int(ramp.errors01),
+        "seconds": float(ramp.seconds), "per_sample_ms": 1e3 * float(ramp.per_sample_seconds),
+    }
+    out["pipeline_seconds"] = dict(result.seconds)
+    return out
+
+
+def float_upper(x) -> float:
+
+    return up(x)
+
+
+def float_lower(x) -> float:
+
+    return lo(x)
+
+
+PARTS = ("empirical", "complexity", "confidence", "SS", "DD", "ss_closed", "ss_exact", "Lambda", "rho", "B_w",
+         "readout_norm")
+
+
+def bound_summary(cb) -> dict:
+    """A JSON-able view of a :class:`specbound.certified.bound.CertifiedBound`.
+
+    Every number is an *upper* endpoint of its certified ball rounded up to float64 (``rho`` is an
+    exact grid point), except ``value_lower`` (lower endpoint of the bound's ball).  ``dominant``
+    names the largest of the three additive parts (empirical, 2 min(SS, DD), confidence).
+    """
+    balls = cb.balls()
+    parts = {name: float_upper(balls[name]) for name in PARTS if name in balls}
+    additive = {k: parts[k] for k in ("empirical", "complexity", "confidence") if k in parts}
+    matrices = [
+        {"name": m.name, "type": m.type, "layer": m.layer, "head": m.head, "p": float(m.p),
+         "spectral": float_upper(m.spectral_norm), "proven_rank": int(m.proven_rank),
+         "kappa": float_upper(m.kappa), "contribution": float_upper(m.contribution)}
+        for m in cb.matrices
+    ]
+    return {
+        "value": float_upper(cb.upper) if cb.bound is not None else math.nan,
+        "value_lower": float_lower(cb.bound.lower()) if cb.bound is not None else math.nan,
+        "certified": cb.bound is not None,
+        "n": int(cb.settings.n),
+        "delta": float(cb.delta),
+        "complexity_route": "single-scale" if float_upper(cb.SS) <= float_lower(cb.DD) else (
+            "dudley" if float_upper(cb.DD) <= float_lower(cb.SS) else "tie"),
+        "dominant": max(additive, key=additive.get) if additive else None,
+        "parts": parts,
+        "matrices": matrices,
+    }

@@ -1,0 +1,44 @@
+"""The project's vocabulary: every list of kinds and every layout id, defined once.
+
+Importable by every layer (derivation, certified, numeric, application); imports nothing from the
+project, so it can never take part in an import cycle.
+"""
+
+from __future__ import annotations
+
+MATRIX_KINDS: tuple[str, ...] = ("QK", "V_tilde", "M_in", "M_out")
+"""Kinds of covered matrix, in the canonical order within a layer (proofs_notes/theory.md section 1)."""
+
+ACTIVATIONS: tuple[str, ...] = ("gelu", "gelu_tanh", "relu")
+"""Feed-forward activations whose Lipschitz constants are derived (proofs_notes/gelu_constants.md)."""
+
+READOUT_TRAINED = "trained"
+"""The read-out w was fitted on the sample: it is covered and paid for."""
+READOUT_FIXED = "fixed"
+"""The read-out w was chosen independently of the sample: B_w = ||w|| and no cover term."""
+READOUTS: tuple[str, ...] = (READOUT_TRAINED, READOUT_FIXED)
+
+EMPIRICAL_DATA = "data"
+"""The empirical term is the certified ramp loss on a data file."""
+EMPIRICAL_TASK = "task"
+"""The empirical term is the certified ramp loss on fresh samples of the model's recorded task."""
+EMPIRICAL_USER = "user"
+"""The empirical term is a number the user supplied: NOT certified."""
+EMPIRICAL_NONE = "none"
+"""No empirical term: only complexity + confidence are certified."""
+EMPIRICAL_SOURCES: tuple[str, ...] = (EMPIRICAL_DATA, EMPIRICAL_TASK, EMPIRICAL_USER, EMPIRICAL_NONE)
+CERTIFIED_SOURCES: tuple[str, ...] = (EMPIRICAL_DATA, EMPIRICAL_TASK)
+"""The empirical sources whose term is an Arb enclosure (a certified forward pass)."""
+
+ANALYSIS_LAYOUT = "specbound-analysis-v1"
+"""The project's own checkpoint format (docs/checkpoint_format.md)."""
+BERT_LAYOUT = "bert"
+"""Hugging Face BERT-family checkpoints (specbound/adapters/bert.py)."""
+
+CAPABILITY_MATRICES = "matrices"
+"""An adapter gives the covered matrices (every adapter does)."""
+CAPABILITY_FLOAT_FORWARD = "float_forward"
+"""An adapter gives a float forward pass (float margins, used only to choose the margin)."""
+CAPABILITY_RECORDED_TASK = "recorded_task"
+"""An adapter's checkpoints may carry a recorded task to draw fresh samples from."""
+CAPABILITIES: tuple[str, ...] = (CAPABILITY_MATRICES, CAPABILITY_FLOAT_FORWARD, CAPABILITY_RECORDED_TASK)
