@@ -1,4 +1,4 @@
-"""Benchmark: certified singular-value enclosures vs plain float64 SVD with vectors (SPEC section 4b).
+"""Benchmark: certified singular-value enclosures vs plain float64 SVD with vectors (docs/design.md section 4).
 
 Plain script (no pytest).  For every matrix of a model it times, in the same run,
   baseline  = np.linalg.svd(W, full_matrices=False) of the float64 matrix (for a factored QK / V_tilde

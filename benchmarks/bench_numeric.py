@@ -1,4 +1,4 @@
-"""Benchmark of the fast numeric path (SPEC section 4), as ratios measured in ONE run.
+"""Benchmark of the fast numeric path (docs/design.md section 4), as ratios measured in ONE run.
 
 Plain script (no pytest):
 
@@ -11,7 +11,7 @@ package is installed) it reports medians of ``--reps`` repetitions of
 
 (a) ``numeric.evaluate`` -- all spectra, the whole p grid, the planner and the bound -- against
     plain float64 ``torch.linalg.svdvals`` of the same matrices (the dense products for QK and
-    V_tilde, grouped by shape; SPEC target <= 1.2x);
+    V_tilde, grouped by shape; design target (docs/design.md section 4) <= 1.2x);
 (b) the straightforward way to compute the paper's proxies -- per-matrix float64 SVD, then a
     Python loop over p in P_m and over matrices -- against ``numeric.proxies.paper_proxies`` and
     against ``numeric.evaluate`` (speed-up);
@@ -148,7 +148,7 @@ def bench_model(name: str, weights: AnalysisWeights, reps: int, device, cert_lay
     t_svd, m_svd = timed(lambda: plain_svdvals(weights, device), reps, device)
     print(f"(a) numeric full bound        {t_eval:8.3f} s  (tracemalloc peak {m_eval:7.1f} MiB)")
     print(f"    plain float64 svdvals      {t_svd:8.3f} s  (tracemalloc peak {m_svd:7.1f} MiB)")
-    print(f"    ratio bound / svdvals      {t_eval / t_svd:8.3f}   (SPEC target <= 1.2)")
+    print(f"    ratio bound / svdvals      {t_eval / t_svd:8.3f}   (design target (docs/design.md section 4) <= 1.2)")
     t_loop, _ = timed(lambda: loop_proxies(weights), max(1, reps // 2), torch.device("cpu"))
     t_prox, _ = timed(lambda: paper_proxies(weights, device=device), reps, device)
     print(f"(b) per-matrix SVD + p loops   {t_loop:8.3f} s")
@@ -162,7 +162,7 @@ def bench_model(name: str, weights: AnalysisWeights, reps: int, device, cert_lay
         t_v, _ = timed(lambda: [np.linalg.svd(m.dense(), full_matrices=False) for m in mats], 1,
                        torch.device("cpu"))
         print(f"(c) certified enclosures ({cert_layers} layer(s), {len(mats)} matrices) {t_c:8.3f} s")
-        print(f"    float64 SVD with vectors   {t_v:8.3f} s   ratio {t_c / t_v:6.2f} (SPEC target <= 3)")
+        print(f"    float64 SVD with vectors   {t_v:8.3f} s   ratio {t_c / t_v:6.2f} (design target (docs/design.md section 4) <= 3)")
     if device.type == "cuda":
         print(f"    CUDA max allocated {torch.cuda.max_memory_allocated() / 2**20:.1f} MiB")
 

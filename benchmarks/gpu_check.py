@@ -1,4 +1,4 @@
-"""CUDA check of the numeric path (SPEC section 4): BERT-base shapes on CUDA vs CPU float64.
+"""CUDA check of the numeric path (docs/design.md section 4): BERT-base shapes on CUDA vs CPU float64.
 
 Run through ``benchmarks/gpu_check.sh``.  No network access and no installs.  Exits 0 with a clear
 message when no CUDA device is present; exits 1 when a CUDA value disagrees with the CPU float64

@@ -1,4 +1,4 @@
-"""The certified bound: the main theorem of THEORY.md section 7 evaluated in Arb.
+"""The certified bound: the main theorem of proofs_notes/theory.md section 7 evaluated in Arb.
 
 Every formula is an expression of :func:`specbound.derivation.theorem.assemble`, compiled to ball
 arithmetic by :func:`specbound.derivation.backends.to_arb`; this module only decides *which*
@@ -8,7 +8,7 @@ expression applies to which matrix and feeds it certified inputs:
   for ``p_j = 0``), ``B~_w = beta_w**k_w >= ||w||`` (trained read-out) and ``rho~ = beta_rho**k_rho``
   (:mod:`specbound.certified.radii`);
 * the plan's float choices (``p_j``, ``u``, ``alpha_D``, ``vartheta``), taken as exact binary
-  numbers.  THEORY.md sections 6-7: the theorem holds for every choice, so they cannot break it.
+  numbers.  proofs_notes/theory.md sections 6-7: the theorem holds for every choice, so they cannot break it.
 
 Guarantee of :func:`certify_bound`: with probability >= 1 - delta over the sample, the 0-1 risk of
 the network is <= ``result.bound.upper()`` (when an empirical term is given; a user-supplied one is
@@ -49,7 +49,7 @@ from specbound.plan import BoundPlan, BoundSettings
 class Evaluators:
     """Arb callables of every theorem expression the bound needs (compiled once per theorem).
 
-    ``fixed``: the read-out is fixed (THEORY.md section 7, last paragraph): the expressions drop
+    ``fixed``: the read-out is fixed (proofs_notes/theory.md section 7, last paragraph): the expressions drop
     H_w, u_w and lambda(k_w) -- obtained from the theorem's own fields by removing the read-out
     summand, not retyped.
     """

@@ -1,4 +1,4 @@
-"""Rounding certified norms onto the post hoc grids of THEORY.md section 6.
+"""Rounding certified norms onto the post hoc grids of proofs_notes/theory.md section 6.
 
 A grid radius is ``beta**k`` for an exact rational base ``beta > 1`` and an integer ``k``.  The
 functions here choose ``k`` from an Arb ball and *check the choice exactly*: the comparison
@@ -115,7 +115,7 @@ def dominates(beta, k: int, x: arb) -> bool:
 
 @dataclass(frozen=True)
 class MatrixRounding:
-    """The grid point of one matrix (THEORY.md section 6).
+    """The grid point of one matrix (proofs_notes/theory.md section 6).
 
     ``p``: the Schatten index actually used (0 for the rank form, forced for a proven zero matrix);
     ``k_c``: c~ = beta_c**k_c >= ||W||; ``k_s``: s~ = beta_s**k_s >= S_p(W) (None when p = 0);

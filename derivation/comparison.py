@@ -1,6 +1,6 @@
-"""Side by side: our assembled per-matrix term vs the paper's BERT-adapted proxy (SPEC.md section 6).
+"""Side by side: our assembled per-matrix term vs the paper's BERT-adapted proxy (docs/design.md section 6).
 
-The paper's proxy is transcribed from its public experiment code (SPEC.md section 6), *not* derived
+The paper's proxy is transcribed from its public experiment code (docs/design.md section 6), *not* derived
 here; it is the object of comparison, so it is written out below on purpose.  Our side is read
 from :func:`~specbound.derivation.theorem.assemble`, never retyped.
 """
@@ -35,7 +35,7 @@ PAPER_ADDITIVE = sp.sqrt(L)
 
 
 def paper_comparison(theorem: Theorem | None = None) -> tuple[FactorComparison, ...]:
-    """Which factors of the paper's proxy match ours and which differ (THEORY.md section 7)."""
+    """Which factors of the paper's proxy match ours and which differ (proofs_notes/theory.md section 7)."""
     th = theorem if theorem is not None else assemble()
     inner = th.a_matrix  # s (2 kappa)^p d lbar: our base before the 1/(p+2) power and the 1/n
     dim = sp.simplify(inner / (s * (2 * kappa) ** p))

@@ -1,4 +1,4 @@
-"""Covering lemmas in operator norm (THEORY.md section 3); data-independent entropies.
+"""Covering lemmas in operator norm (proofs_notes/theory.md section 3); data-independent entropies.
 
 ``H(eps)`` below is an upper bound on ``log N(K, eps)`` in spectral norm, with spectrally internal
 centres.  Generic per-matrix symbols: ``s`` (Schatten radius or rank bound), ``c`` (spectral radius),
@@ -79,7 +79,7 @@ rank_cover = Lemma(
 
 LEMMAS = (volumetric_cover, lowrank_cover, stechkin_tail, schatten_cover, rank_cover)
 
-# -- network_cover (THEORY.md section 4) ----------------------------------------------------------
+# -- network_cover (proofs_notes/theory.md section 4) ----------------------------------------------------------
 from .symbols import B_w, N, alpha, gamma  # noqa: E402  (kept next to the lemma that uses them)
 
 _eps_w = sp.Symbol("epsilon_w", positive=True)

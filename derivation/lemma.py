@@ -1,4 +1,4 @@
-"""The lemma record: one object per entry of the lemma register (THEORY.md section 8)."""
+"""The lemma record: one object per entry of the lemma register (proofs_notes/theory.md section 8)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sympy as sp
 class Lemma:
     """One proved (or cited) lemma.
 
-    * ``name``: the machine name of THEORY.md section 8 (also the proof note's file stem).
+    * ``name``: the machine name of proofs_notes/theory.md section 8 (also the proof note's file stem).
     * ``assumptions``: the hypotheses, in words, exactly as needed by the proof.
     * ``statement``: the inequality as a SymPy ``Relational`` where one is meaningful, else ``None``
       (e.g. a lemma whose content is a construction).
@@ -30,7 +30,7 @@ class Lemma:
     statement: sp.Basic | None
     constants: Mapping[str, sp.Expr] = field(default_factory=dict)
     covering: sp.Expr | None = None
-    source: str = "ours (THEORY.md)"
+    source: str = "ours (proofs_notes/theory.md)"
     proof_note: str = ""
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""Lipschitz lemmas of the analysis model (THEORY.md section 2).
+"""Lipschitz lemmas of the analysis model (proofs_notes/theory.md section 2).
 
 All maps act on the unit-row ball X_T; output distances are in the (2, inf) norm.  The constants
 are SymPy expressions over the spectral radii ``c_A, c_V, c_in, c_out`` of one layer and the lemma

@@ -1,4 +1,4 @@
-"""Post hoc union bound over the grid (THEORY.md section 6)."""
+"""Post hoc union bound over the grid (proofs_notes/theory.md section 6)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Rademacher step (THEORY.md sections 4-5, 7 and the section 10 sharpenings).
+"""Rademacher step (proofs_notes/theory.md sections 4-5, 7 and the section 10 sharpenings).
 
-Both chaining bounds come in two forms.  The *centred* forms (THEORY.md section 10; centre the
+Both chaining bounds come in two forms.  The *centred* forms (proofs_notes/theory.md section 10; centre the
 [0,1]-valued cover at 1/2, radius sqrt(n)/2) are the defaults; the *uncentred* forms are kept as
 named alternatives (``variant="uncentred"``) so a rendered theorem says which one is in force.
 """
@@ -37,7 +37,7 @@ massart_single_scale = Lemma(
         "coefficient": MASSART_COEFF["centred"],
         "coefficient_uncentred": MASSART_COEFF["uncentred"],
     },
-    source="Massart's finite-class lemma; centred at 1/2 (THEORY.md section 10.1)",
+    source="Massart's finite-class lemma; centred at 1/2 (proofs_notes/theory.md section 10.1)",
 )
 
 #: Dudley upper integration limit: 1/4 centred (R_hat <= 1/2, radius sqrt(n)/2), 1/2 uncentred.
@@ -59,7 +59,7 @@ dudley = Lemma(
         "alpha_coeff": sp.Integer(4),
         "integral_coeff": sp.Integer(12),
     },
-    source="Shalev-Shwartz & Ben-David Lemma 27.4 (dyadic -> integral); centred (THEORY.md 10.2)",
+    source="Shalev-Shwartz & Ben-David Lemma 27.4 (dyadic -> integral); centred (proofs_notes/theory.md section 10.2)",
 )
 
 _Eg = sp.Symbol("E_g", real=True)

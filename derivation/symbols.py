@@ -1,4 +1,4 @@
-"""The named SymPy symbols of the theorem (THEORY.md notation).
+"""The named SymPy symbols of the theorem (proofs_notes/theory.md (conventions)).
 
 Every symbol that stands for a quantity that is positive in the theorem is declared
 ``positive=True``; that is what lets SymPy decide signs in the symbolic checks (derivative signs,

@@ -1,4 +1,4 @@
-"""The main theorem, assembled from the lemma objects (THEORY.md section 7).
+"""The main theorem, assembled from the lemma objects (proofs_notes/theory.md section 7).
 
 Sums over the J covered matrices are represented as **summand + combiner**: a per-matrix
 *summand* is one SymPy expression over the generic per-matrix symbols (``s, c, p, r_max, d, kappa,
@@ -62,7 +62,7 @@ main_theorem = Lemma(
     constants={"bound": emp + 2 * sp.Min(SS, DD) + 3 * sp.sqrt((sp.log(2 / delta) + Lambda) / (2 * n))},
 )
 
-#: every register entry of THEORY.md section 8 (layer_lipschitz / sensitivity_gamma are two objects)
+#: every register entry of proofs_notes/theory.md section 8 (layer_lipschitz / sensitivity_gamma are two objects)
 REGISTRY: Mapping[str, Lemma] = MappingProxyType({
     lem.name: lem
     for lem in (*lipschitz.LEMMAS, *covering.LEMMAS, *rademacher.LEMMAS, *posthoc.LEMMAS,
@@ -200,7 +200,7 @@ def assemble(
     ``B_phi``); every downstream expression changes accordingly.  An override is the user's claim,
     recorded in ``Theorem.overridden``.  ``massart``/``dudley`` pick the centred (default) or
     uncentred chaining forms; ``activation`` the GELU or ReLU constants; ``model`` the analysis
-    model of THEORY.md section 1 or its residual variant (R).
+    model of proofs_notes/theory.md section 1 or its residual variant (R).
     """
     chosen = {"massart": massart, "dudley": dudley, "activation": activation, "model": model}
     for key, value in chosen.items():
@@ -384,8 +384,7 @@ def unified_diff(a: str, b: str, names: tuple[str, str] = ("a", "b")) -> str:
 
 
 def readout_free_forms(T: Theorem) -> dict[str, sp.Expr]:
-    """The combiners for a *fixed* read-out w (chosen independently of the sample, THEORY.md
-    section 7): ``ss_closed``, ``dd_closed`` and ``Lambda_total`` with the read-out's summand
+    """The combiners for a *fixed* read-out w (chosen independently of the sample, proofs_notes/theory.md section 7): ``ss_closed``, ``dd_closed`` and ``Lambda_total`` with the read-out's summand
     deleted (no H_w, u_w or lambda(k_w)).  Derived from the theorem's own fields, never retyped;
     each deletion is checked to have removed the read-out completely.
     """

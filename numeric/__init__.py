@@ -1,4 +1,4 @@
-"""The fast, uncertified float layer (SPEC section 2, "numeric"): torch, float64 by default,
+"""The fast, uncertified float layer (docs/design.md section 2, "numeric"): torch, float64 by default,
 batched over all matrices and the whole grid P_m, the same code on CPU and CUDA.
 
 Public names are re-exported lazily (PEP 562), so importing one submodule (``numeric.spectra`` for

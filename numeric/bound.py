@@ -1,4 +1,4 @@
-"""The whole bound of THEORY.md section 7 in torch: the public entry point of the fast path.
+"""The whole bound of proofs_notes/theory.md section 7 in torch: the public entry point of the fast path.
 
 :func:`evaluate` evaluates the bound at a plan; given none, it asks the planner
 (:func:`numeric.planner.choose_plan`) for one -- choosing is only the planner's job, evaluating only
@@ -36,7 +36,7 @@ def evaluate(
     dtype: torch.dtype = torch.float64,
     device: str | torch.device = "cpu",
 ) -> NumericBound:
-    """The bound of THEORY.md section 7 in torch at ``plan`` (None: the planner's plan (:func:`numeric.planner.plan_for`) for
+    """The bound of proofs_notes/theory.md section 7 in torch at ``plan`` (None: the planner's plan (:func:`numeric.planner.plan_for`) for
     these weights, settings and margins, from the float spectra).
 
     ``margins`` (float y_i f(X_i)) give the empirical ramp loss when ``settings.empirical`` is None;

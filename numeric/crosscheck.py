@@ -1,4 +1,4 @@
-"""Does the fast float evaluation agree with the certified one?  (SPEC section 2.)
+"""Does the fast float evaluation agree with the certified one?  (docs/design.md section 2.)
 
 Contract checked by :func:`crosscheck`, for a :class:`~specbound.numeric.bound.NumericBound` and a
 :class:`~specbound.certified.bound.CertifiedBound` evaluated at the **same plan**:
@@ -199,7 +199,7 @@ def crosscheck(numeric: NumericBound, certified, enclosures: Sequence | None = N
     else:
         chk.inside("network", "partial", raw, certified.partial, one_sided=g)
         final = certified.partial
-    # never below the certified lower endpoint (the SPEC's one-sided promise), checked on its own
+    # never below the certified lower endpoint (the one-sided promise of docs/design.md section 2), checked on its own
     lo, _ = _endpoints(final)
     chk.count += 1
     if not numeric.bound >= lo:

@@ -1,4 +1,4 @@
-"""The whole bound of THEORY.md section 7 in torch: the fast, uncertified evaluation.
+"""The whole bound of proofs_notes/theory.md section 7 in torch: the fast, uncertified evaluation.
 
 Every formula is a field of the assembled theorem (:func:`specbound.derivation.theorem.assemble`)
 compiled to torch by :mod:`specbound.derivation.backends`; this module only *feeds* those
@@ -6,7 +6,7 @@ expressions (spectral radii, layer products, per-matrix Schatten radii) and *com
 values (sums over matrices, minima).  Nothing here retypes a formula.
 
 Contract.  :func:`evaluate_plan` returns float values of the bound for a given plan (the planner, which builds
-on this module, chooses one) -- plain floating point, no error bounds.  SPEC section 2: every float64 value must lie in
+on this module, chooses one) -- plain floating point, no error bounds.  docs/design.md section 2: every float64 value must lie in
 the certified enclosure (``numeric.crosscheck`` checks it), and the bound it reports is never below
 the certified lower endpoint.
 
@@ -106,7 +106,7 @@ class NumericBound:
     ``bound`` omits the empirical term (it is complexity + confidence only) and
     ``includes_empirical`` is False.  ``ss = min(ss_closed, ss_objective)`` and
     ``complexity = min(ss, dd)``; ``bound = (empirical + 2 complexity + confidence) (1 + tolerance)``:
-    rounded up by the stated tolerance so that, as SPEC section 2 asks, it is never below the
+    rounded up by the stated tolerance so that, as docs/design.md section 2 asks, it is never below the
     certified lower endpoint (the float sum itself can sit an ulp below a tight ball).
     ``singular_values`` (J, K): the top rank-cap singular values, zero-padded.
     ``tolerance``: stated relative tolerance of these values against exact arithmetic.
@@ -191,7 +191,7 @@ def evaluate_plan(
     dtype: torch.dtype = torch.float64,
     device: str | torch.device = "cpu",
 ) -> NumericBound:
-    """The bound of THEORY.md section 7 in torch for ``plan`` (choose one with :func:`numeric.planner.choose_plan`).
+    """The bound of proofs_notes/theory.md section 7 in torch for ``plan`` (choose one with :func:`numeric.planner.choose_plan`).
 
     ``margins`` (float y_i f(X_i)) give the empirical ramp loss when ``settings.empirical`` is
     None; ``spectra`` reuses precomputed singular values.  ``dtype`` is the precision of the

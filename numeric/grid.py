@@ -1,4 +1,4 @@
-"""The Schatten-index grid ``P_m = {0, 1/m, 2/m, ..., 2}`` (SPEC section 6, THEORY.md section 6).
+"""The Schatten-index grid ``P_m = {0, 1/m, 2/m, ..., 2}`` (docs/design.md section 6, proofs_notes/theory.md section 6).
 
 Both the paper's proxy and our post hoc union bound choose each matrix's Schatten index ``p`` from
 this grid *after* training; the union bound pays ``log(2m + 1)`` per matrix for that freedom, so the

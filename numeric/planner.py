@@ -1,6 +1,6 @@
 """The float choices of a bound evaluation (:class:`specbound.plan.BoundPlan`), made in torch.
 
-THEORY.md sections 6-7: the theorem holds simultaneously for every grid point and every loss
+proofs_notes/theory.md sections 6-7: the theorem holds simultaneously for every grid point and every loss
 scale, Dudley weight and lower limit, so *any* plan is valid; the planner only tries to make the
 bound small.  All choices are deterministic (ties go to the first minimiser) and vectorised over
 matrices and the whole grid P_m.

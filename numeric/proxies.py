@@ -1,4 +1,4 @@
-"""The paper's BERT-adapted proxies, reproduced exactly (SPEC section 6).
+"""The paper's BERT-adapted proxies, reproduced exactly (docs/design.md section 6).
 
 **Paper proxy, not a bound.**  These are the formulas of the companion experiment code of Sakai &
 Imaizumi (2026), kept here verbatim so ``specbound proxies`` reproduces its numbers (float64,
@@ -45,9 +45,9 @@ DIFFERENCES: tuple[str, ...] = (
     "dimension: the proxy has N^((p+1)/(p+2)); our covering term is linear in d_j = 2N (QK, V) or "
     "N + d_ff (MLP), times a log, with n^(-1/(p+2)) explicit.",
     "gamma: the proxy omits Lphi from gamma(V_tilde) and gamma(M_in) and uses gamma(M_out) = 1; "
-    "ours has Lphi*||M_in|| ||M_out||, Lphi*||M_out|| and B_phi*||M_in|| (THEORY.md section 2).",
+    "ours has Lphi*||M_in|| ||M_out||, Lphi*||M_out|| and B_phi*||M_in|| (proofs_notes/theory.md section 2).",
     "depth: the proxy's scale carries a factor L and adds sqrt(L); ours gives each matrix its own "
-    "scale and pays a union bound log(2m+1) per matrix over the grid P_m (THEORY.md section 6).",
+    "scale and pays a union bound log(2m+1) per matrix over the grid P_m (proofs_notes/theory.md section 6).",
 )
 
 
@@ -102,7 +102,7 @@ class ProxyResult:
             "grid_m": self.m,
             "lipschitz": self.lipschitz.tolist(),
             "alpha": self.alphas.tolist(),
-            "note": "paper proxies (SPEC section 6), not a bound",
+            "note": "paper proxies (docs/design.md section 6), not a bound",
             "differences": list(DIFFERENCES),
             "matrices": [r.as_dict() for r in self.matrices],
         }

@@ -1,6 +1,6 @@
 """Fast singular values and norm summaries of all covered matrices, batched with torch.
 
-This is the *uncertified* fast path (SPEC section 2, "numeric"): plain floating point, no error
+This is the *uncertified* fast path (docs/design.md section 2, "numeric"): plain floating point, no error
 bounds.  Matrices of one network are grouped by shape and each group goes through a single
 ``torch.linalg.svdvals`` call (split only when a group would exceed a memory budget), on CPU or CUDA
 with the same code.
@@ -35,7 +35,7 @@ FLOAT32_SVD_REL_TOL = 1e-5
 """Stated tolerance of the float32 path: ``|sigma_i(float32) - sigma_i| <= FLOAT32_SVD_REL_TOL * sigma_1``."""
 
 RANK_RTOL = 1e-10
-"""Relative threshold of the numerical rank (SPEC section 6): ``sigma_i > RANK_RTOL * max(k,1) * max(sigma_1, 1)``."""
+"""Relative threshold of the numerical rank (docs/design.md section 6): ``sigma_i > RANK_RTOL * max(k,1) * max(sigma_1, 1)``."""
 
 DEFAULT_BATCH_BYTES = 1 << 30
 """Largest float64 stack of dense matrices handed to one svdvals call (1 GiB)."""
@@ -148,7 +148,7 @@ def compute_spectra(
 
 
 def numerical_rank(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """``#{i : sigma_i > 1e-10 * max(k,1) * max(sigma_1, 1)}`` per row (SPEC section 6), int64.
+    """``#{i : sigma_i > 1e-10 * max(k,1) * max(sigma_1, 1)}`` per row (docs/design.md section 6), int64.
 
     ``values`` is (J, K) zero-padded as in :class:`Spectra`; padding never counts because the
     threshold is positive.
@@ -180,7 +180,7 @@ class NormSummary:
     """Norms of one matrix (float64 fast path; not certified).
 
     ``stable_rank = ||W||_F^2 / ||W||_2^2`` (0 for the zero matrix); ``numerical_rank`` uses the
-    SPEC section 6 threshold.
+    docs/design.md section 6 threshold.
     """
 
     name: str

@@ -1,4 +1,4 @@
-"""Building blocks of the torch bound (THEORY.md section 7), shared by the evaluation and the planner.
+"""Building blocks of the torch bound (proofs_notes/theory.md section 7), shared by the evaluation and the planner.
 
 The compiled theorem (:class:`CompiledTheorem`), the network facts fed to it (:class:`NetworkFacts`:
 singular values, structural rank caps, layer indices), grid rounding onto ``beta^k``, Schatten
@@ -265,7 +265,7 @@ def network_facts(
 def grid_up(x: torch.Tensor, beta: Fraction | float) -> torch.Tensor:
     """The least integer k with ``beta^k >= x`` (float64 decision), for x > 0; 0 where x <= 0.
 
-    THEORY.md section 6: k = ceil(log_beta x).  The float log is corrected by one step either
+    proofs_notes/theory.md section 6: k = ceil(log_beta x).  The float log is corrected by one step either
     way so that, in float64, ``beta^(k-1) < x <= beta^k``.
     """
     b = float(beta)
@@ -428,7 +428,7 @@ def grid_terms(
 
 def lambda_total(ct: CompiledTheorem, lam_sum: torch.Tensor, k_rho, sens: Sensitivities) -> torch.Tensor:
     """Lambda(theta) from the per-matrix sum; a fixed read-out is not on the grid, so the
-    theorem's form without the lambda(k_w) summand is used (THEORY.md section 7, fixed w)."""
+    theorem's form without the lambda(k_w) summand is used (proofs_notes/theory.md section 7, fixed w)."""
     if sens.readout == "fixed":
         return ct("Lambda_total_fixed", Lambda_sum=lam_sum, k_rho=k_rho)
     return ct("Lambda_total", Lambda_sum=lam_sum, k_rho=k_rho, k_w=float(sens.k_w))

@@ -3,7 +3,7 @@ fast path makes for it (:class:`BoundPlan`).
 
 The split mirrors the rule "floats choose, Arb evaluates": every field of a :class:`BoundPlan` is a
 *choice* (a Schatten index from the grid P_m, a margin on the grid beta_rho^k, loss scales u_j, Dudley
-weights and lower limit).  THEORY.md sections 6-7 show that the theorem holds simultaneously for
+weights and lower limit).  proofs_notes/theory.md sections 6-7 show that the theorem holds simultaneously for
 every such choice, so a plan can never make a certified value invalid -- only looser.  Radii
 (k_c, k_s, k_w) are *not* choices: the certified layer derives them from upper enclosures.
 """
@@ -18,7 +18,7 @@ from .errors import SpecboundError
 
 @dataclass(frozen=True)
 class BoundSettings:
-    """Parameters fixed before looking at the sample (THEORY.md section 6), plus the user's inputs.
+    """Parameters fixed before looking at the sample (proofs_notes/theory.md section 6), plus the user's inputs.
 
     ``n``: sample size of the empirical term; ``delta``: confidence; ``margin``: the margin rho
     (None: chosen on the grid by the planner); ``empirical``: a user-supplied empirical ramp loss
@@ -61,7 +61,7 @@ class BoundSettings:
             raise SpecboundError(f"readout must be 'trained' or 'fixed', got {self.readout!r}")
 
     def base_c(self, num_layers: int) -> Fraction:
-        """beta_c, by default 1 + 1/(4L) (THEORY.md section 6, recommended bases)."""
+        """beta_c, by default 1 + 1/(4L) (proofs_notes/theory.md section 6, recommended bases)."""
         return Fraction(self.beta_c) if self.beta_c is not None else 1 + Fraction(1, 4 * num_layers)
 
 

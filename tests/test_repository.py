@@ -22,9 +22,6 @@ def _tracked_text_files() -> list[Path]:
     return [ROOT / line for line in out.splitlines() if line.endswith(TEXT_SUFFIXES)]
 
 
-# The lead removes this marker after merging: files owned by other branches (derivation/, numeric/,
-# the golden theorem files, adapters, benchmarks) still carry such references on this branch.
-@pytest.mark.xfail(strict=False, reason="other branches' files still refer to the contributor inputs")
 def test_no_file_refers_to_the_contributor_inputs():
     offenders = []
     for path in _tracked_text_files():

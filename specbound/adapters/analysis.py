@@ -7,7 +7,7 @@ Tensors, for layers ``l = 0..L-1`` and heads ``h = 0..H-1``::
     readout.w                      (N,)
     embedding.E (V, N), embedding.P (T, N)        fixed embeddings, not covered, optional here
 
-Covered matrices (THEORY.md section 1, row-vector convention, no residual):
+Covered matrices (proofs_notes/theory.md section 1, row-vector convention, no residual):
 
 * ``QK_lh      = W_Q[h] @ W_K[h].T``  kept factored as (left=W_Q[h], right=W_K[h].T), rank <= d;
 * ``V_tilde_lh = W_V[h] @ W_O[h]``    kept factored as (left=W_V[h], right=W_O[h]),   rank <= d;

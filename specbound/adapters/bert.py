@@ -2,7 +2,7 @@
 
 Hugging Face ``nn.Linear`` stores ``weight`` as (out, in) and applies ``x -> x @ weight.T`` to a row
 ``x``.  With hidden size ``N``, ``H`` heads, head dimension ``d = N / H`` and the head slice
-``hs = h*d:(h+1)*d`` of the *output* rows of the query/key/value weights (SPEC.md section 6):
+``hs = h*d:(h+1)*d`` of the *output* rows of the query/key/value weights (docs/design.md section 6):
 
 * ``QK_lh      = W_q[hs].T @ W_k[hs]``            factored as (left=W_q[hs].T, right=W_k[hs]);
 * ``V_tilde_lh = W_v[hs].T @ W_o.T[hs, :]``       factored as (left=W_v[hs].T, right=W_o.T[hs, :]),

@@ -1,4 +1,4 @@
-"""The certified bound (THEORY.md section 7) against an independent 50-digit mpmath evaluation.
+"""The certified bound (proofs_notes/theory.md section 7) against an independent 50-digit mpmath evaluation.
 
 The reference below re-derives every ingredient from mpmath singular values of the exact matrices
 (its own grid rounding, its own layer products) and evaluates the theorem's expressions with the

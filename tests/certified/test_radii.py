@@ -1,4 +1,4 @@
-"""Rounding onto the grids beta**k (THEORY.md section 6): exact checks, never float guesses."""
+"""Rounding onto the grids beta**k (proofs_notes/theory.md section 6): exact checks, never float guesses."""
 
 from fractions import Fraction
 

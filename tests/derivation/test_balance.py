@@ -1,4 +1,4 @@
-"""balance_single_scale: the closed form of the single-scale infimum (THEORY §7, §10)."""
+"""balance_single_scale: the closed form of the single-scale infimum (proofs_notes/theory.md sections 7, 10)."""
 
 import mpmath
 import sympy as sp

@@ -1,4 +1,4 @@
-"""Side by side with the paper's proxy (SPEC.md §6): which factors match and which differ."""
+"""Side by side with the paper's proxy (docs/design.md section 6): which factors match and which differ."""
 
 from specbound.derivation import assemble
 from specbound.derivation.comparison import paper_comparison

@@ -1,4 +1,4 @@
-"""Entropies of the covering lemmas: limits, special cases, monotonicity (THEORY §3)."""
+"""Entropies of the covering lemmas: limits, special cases, monotonicity (proofs_notes/theory.md section 3)."""
 
 import sympy as sp
 

@@ -1,4 +1,4 @@
-"""Lipschitz constants: values, GELU calculus, and composition into alpha and gamma (THEORY §2)."""
+"""Lipschitz constants: values, GELU calculus, and composition into alpha and gamma (proofs_notes/theory.md section 2)."""
 
 import mpmath
 import sympy as sp
@@ -41,7 +41,7 @@ def test_softmax_constant_default_is_one_and_overridable():
 
 
 def test_layer_constants_compose_to_theory_section_2():
-    # THEORY.md section 2, typed from the document as the reference
+    # proofs_notes/theory.md section 2, typed from the document as the reference
     th = assemble(activation="gelu")
     subs = {L_phi: th.constants["L_phi"], C_sm: 1, B_phi: 1}
     L_l = (L_phi * c_in * c_out * head_sum).subs(subs)

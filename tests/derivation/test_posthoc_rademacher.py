@@ -1,4 +1,4 @@
-"""Post hoc prior, Lambda, Massart/Dudley variants and allocation_23 (THEORY §5, §6, §7, §10)."""
+"""Post hoc prior, Lambda, Massart/Dudley variants and allocation_23 (proofs_notes/theory.md sections 5, 6, 7, 10)."""
 
 import mpmath
 import sympy as sp

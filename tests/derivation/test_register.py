@@ -1,4 +1,4 @@
-"""The lemma register: one Lemma object per entry of THEORY.md section 8, each with a proof note."""
+"""The lemma register: one Lemma object per entry of proofs_notes/theory.md section 8, each with a proof note."""
 
 import os
 
@@ -9,7 +9,7 @@ from specbound.derivation import REGISTRY, Lemma
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# THEORY.md section 8, typed from the document (entry 8 is two objects here)
+# proofs_notes/theory.md section 8, typed from the document (entry 8 is two objects here)
 SECTION_8 = [
     "softmax_linf_l1", "proj_unit_ball", "attn_input_lipschitz", "attn_qk_lipschitz",
     "attn_v_lipschitz", "ff_lipschitz", "gelu_constants", "layer_lipschitz", "sensitivity_gamma",

@@ -1,6 +1,6 @@
 """End to end on a tiny network (L = H = 1, N = 2, d_ff = 2): the single-scale closed form and the
 confidence term evaluated through the summand + combiner interface in Arb, against a hand
-computation in mpmath typed from THEORY.md sections 2, 6, 7 and 10."""
+computation in mpmath typed from proofs_notes/theory.md sections 2, 6, 7 and 10."""
 
 import mpmath
 from flint import arb, ctx, fmpq

@@ -87,7 +87,7 @@ def write_random_bert(
 
 
 def reference_proxies(weights_file: str, num_layers: int, num_heads: int) -> dict:
-    """SPEC section 6 written out plainly: numpy, per-matrix SVD, a Python loop over p.
+    """docs/design.md section 6 written out plainly: numpy, per-matrix SVD, a Python loop over p.
 
     Reads the tensors straight from the safetensors file and forms every matrix itself; shares no
     code with ``specbound``.  Returns ours, edelman, and per-matrix (layer, head, type) -> record.

@@ -1,4 +1,4 @@
-"""The Schatten-index grid P_m = {0, 1/m, ..., 2} with m = ceil(L + ln N) (SPEC section 6)."""
+"""The Schatten-index grid P_m = {0, 1/m, ..., 2} with m = ceil(L + ln N) (docs/design.md section 6)."""
 
 from fractions import Fraction
 

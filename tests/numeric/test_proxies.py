@@ -1,4 +1,4 @@
-"""The paper's proxies equal an independent plain float64 computation of SPEC section 6.
+"""The paper's proxies equal an independent plain float64 computation of docs/design.md section 6.
 
 The reference (``bert_reference.reference_proxies``) reads the tensors straight from the
 safetensors file, forms every matrix with numpy, takes one ``np.linalg.svd`` per matrix and loops

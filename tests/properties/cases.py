@@ -1,4 +1,4 @@
-"""Composite Hypothesis strategies: one sampled *case* per lemma of THEORY.md section 8.
+"""Composite Hypothesis strategies: one sampled *case* per lemma of proofs_notes/theory.md section 8.
 
 A case is a plain tuple of float64 arrays that the matching ``checks.*_sides`` function
 understands.  Perturbations are bounded below (review edit 4) by ``rel_min``.
@@ -206,7 +206,7 @@ def ff_input_witnesses(draw):
 
 @st.composite
 def ff_min_witnesses(draw):
-    """THEORY section 2 witness (b), randomised: y = 1, M_in near sqrt 2."""
+    """proofs_notes/theory.md section 2 witness (b), randomised: y = 1, M_in near sqrt 2."""
     m_in = np.sqrt(2) * draw(st.floats(0.95, 1.05))
     delta = 10.0 ** draw(st.floats(-6, -2))
     return _scalar(1.0), _scalar(m_in), _scalar(m_in + delta), _scalar(draw(st.floats(0.1, 3.0)))
@@ -214,7 +214,7 @@ def ff_min_witnesses(draw):
 
 @st.composite
 def ff_mout_witnesses(draw):
-    """THEORY section 2 witness (c), randomised: y = 1, M_in large (phi(t) ~ t)."""
+    """proofs_notes/theory.md section 2 witness (c), randomised: y = 1, M_in large (phi(t) ~ t)."""
     m_in = draw(st.floats(3.0, 8.0))
     m_out = draw(st.floats(0.1, 3.0))
     return _scalar(1.0), _scalar(m_in), _scalar(m_out), _scalar(m_out + 10.0 ** draw(st.floats(-5, -1)))

@@ -1,4 +1,4 @@
-"""Sampled inequalities of THEORY.md section 8 as (left side, right side) pairs.
+"""Sampled inequalities of proofs_notes/theory.md section 8 as (left side, right side) pairs.
 
 Each ``*_sides(case, K, mp)`` evaluates the left side with the brute-force model of
 :mod:`reference` and the right side with constants ``K`` (a :class:`constants.Constants`; the
@@ -15,7 +15,7 @@ import numpy as np
 
 from . import reference as ref
 
-RTOL = 1e-9  # THEORY.md section 8: "<=" means "<= up to relative tolerance 1e-9"
+RTOL = 1e-9  # proofs_notes/theory.md section 8: "<=" means "<= up to relative tolerance 1e-9"
 # In mpmath only the binary64 inputs remain (rows of X may exceed norm 1 by an ulp), so 1e-12 is
 # far below any real violation and far above what an ulp of input can cause.
 MP_RTOL = mpmath.mpf(10) ** -12
@@ -202,7 +202,7 @@ def network_sides(case, K, mp=False):
 
 
 def network_cover_sides(case, K, mp=False):
-    """network_cover: |f - f_hat| <= sum_j B_w alpha_bar gamma_bar eps_j + eps_w (THEORY section 4).
+    """network_cover: |f - f_hat| <= sum_j B_w alpha_bar gamma_bar eps_j + eps_w (proofs_notes/theory.md section 4).
 
     Every matrix and the read-out are replaced by a centre; the radii are
     c_j = max(||W_j||, ||W_j_hat||), eps_j = ||W_j - W_j_hat||, B_w = ||w||, eps_w = ||w - w_hat||.

@@ -126,7 +126,7 @@ class Constants:
 
 DERIVED = Constants()
 
-#: The companion code's (smaller) constants (SPEC section 6), used ONLY as mutations that the
+#: The companion code's (smaller) constants (docs/design.md section 6), used ONLY as mutations that the
 #: suite must catch.  Keys are what they would replace.
 COMPANION: dict[tuple[str, str], sp.Expr] = {
     ("theorem", "gamma.V"): S.c_in * S.c_out,

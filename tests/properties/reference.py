@@ -1,6 +1,6 @@
 """Independent brute-force references for the property suite.
 
-Nothing here imports specbound: these are the definitions of THEORY.md section 1 written out
+Nothing here imports specbound: these are the definitions of proofs_notes/theory.md section 1 written out
 naively, so a property test compares the *derived constants* against the *model itself*.
 
 Every array function works on float64 arrays and on numpy ``object`` arrays of ``mpmath.mpf``
@@ -77,7 +77,7 @@ def mp_singular_values(w, dps: int = MP_DPS) -> list:
         return sorted((s[i] for i in range(min(m, n))), reverse=True)
 
 
-# ---------------------------------------------------------------- model pieces (THEORY section 1)
+# ---------------------------------------------------------------- model pieces (proofs_notes/theory.md section 1)
 
 
 def softmax(z):
@@ -217,7 +217,7 @@ class Net:
 
 
 def layer_forward(x, lay: Layer, activation: str, residual: bool):
-    """X^(l-1) -> X^(l) (THEORY section 1; residual variant (R) with Pi when ``residual``)."""
+    """X^(l-1) -> X^(l) (proofs_notes/theory.md section 1; residual variant (R) with Pi when ``residual``)."""
     att = attention(x, lay.a, lay.v)
     y = project(x + att) if residual else project(att)
     ff = feed_forward(y, lay.m_in, lay.m_out, activation)

@@ -1,11 +1,11 @@
-"""Hypothesis strategies for the property suite (THEORY.md section 8).
+"""Hypothesis strategies for the property suite (proofs_notes/theory.md section 8).
 
 Matrices are built as ``U diag(s) V^T`` with Haar-random orthogonal ``U``, ``V`` so that the
 *singular-value profile* is chosen on purpose rather than left to chance: flat, power-law decay,
 clustered / repeated, rank-deficient, near zero, huge.  Random orthogonal factors come from a
 Hypothesis-drawn seed (numpy ``Generator``), so every example is reproducible and shrinks by seed.
 
-Token matrices have rows in the closed unit ball (the set ``X_T`` of THEORY section 1), with some
+Token matrices have rows in the closed unit ball (the set ``X_T`` of proofs_notes/theory.md section 1), with some
 rows exactly on the sphere, some inside, and sometimes ``T = 1``.
 """
 

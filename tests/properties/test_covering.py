@@ -1,4 +1,4 @@
-"""Covering lemmas and the spectral facts behind them (THEORY.md section 3, register 10-14).
+"""Covering lemmas and the spectral facts behind them (proofs_notes/theory.md section 3, register 10-14).
 
 Spectra are exact float vectors handled in mpmath (40-50 digits), so equality cases (repeated
 singular values) are decided with a relative tolerance of 1e-12, not float noise.  Singular values

@@ -1,4 +1,4 @@
-"""Lipschitz lemmas (THEORY.md section 2, register items 1-9) against the brute-force model.
+"""Lipschitz lemmas (proofs_notes/theory.md section 2, register items 1-9) against the brute-force model.
 
 Every right-hand side is a derivation constant evaluated at the sampled norms
 (:mod:`constants`); every left-hand side is the model of :mod:`reference`.  ``target`` pushes
@@ -93,7 +93,7 @@ def test_feed_forward_M_out_sensitivity(case, activation):
 
 
 def witness_b(h: float = 1e-7):
-    """THEORY section 2 witness (b): y = e1, M_in = sqrt2 e1e1^T, M_out = I, M_in' = M_in + h e1e1^T."""
+    """proofs_notes/theory.md section 2 witness (b): y = e1, M_in = sqrt2 e1e1^T, M_out = I, M_in' = M_in + h e1e1^T."""
     e = np.zeros((2, 2))
     e[0, 0] = 1.0
     y = np.array([[1.0, 0.0]])
@@ -101,7 +101,7 @@ def witness_b(h: float = 1e-7):
 
 
 def witness_c(h: float = 1e-3):
-    """THEORY section 2 witness (c): M_in = 5 e1e1^T, M_out' = M_out + h e1e1^T."""
+    """proofs_notes/theory.md section 2 witness (c): M_in = 5 e1e1^T, M_out' = M_out + h e1e1^T."""
     e = np.zeros((2, 2))
     e[0, 0] = 1.0
     y = np.array([[1.0, 0.0]])

@@ -1,4 +1,4 @@
-"""Post hoc union bound and the closed forms (THEORY.md sections 6-7; register 20-22).
+"""Post hoc union bound and the closed forms (proofs_notes/theory.md sections 6-7; register 20-22).
 
 The prior is summed in exact rationals, the rounding rule is evaluated exactly by SymPy, and the
 closed forms are compared with direct numerical minimisation of the objectives they bound.

@@ -1,4 +1,4 @@
-"""Rademacher step (THEORY.md sections 4-5 and 10; register 16-18) against exact expectations.
+"""Rademacher step (proofs_notes/theory.md sections 4-5 and 10; register 16-18) against exact expectations.
 
 For a finite set of vectors in [0,1]^n with n <= 10 the empirical Rademacher complexity is an
 average over all 2^n sign vectors, computed exactly (:func:`reference.rademacher_exact`).  Covers

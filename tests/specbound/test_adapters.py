@@ -1,6 +1,6 @@
 """Adapters: the covered matrices are exactly the model's matrices, in the documented orientation.
 
-References are built by the test from the arrays it wrote, following SPEC.md section 6 (BERT) and
+References are built by the test from the arrays it wrote, following docs/design.md section 6 (BERT) and
 docs/checkpoint_format.md (specbound-analysis-v1) literally.  Products are checked with weights that are
 small dyadic rationals, so every float64 product and sum is exact and ``==`` is the specification
 regardless of the summation order a BLAS chooses.
@@ -179,7 +179,7 @@ class TestAnalysisFormat:
                 np.testing.assert_array_equal(qk.right, K[h].T)
                 np.testing.assert_array_equal(vt.left, V[h])
                 np.testing.assert_array_equal(vt.right, O[h])
-                # THEORY section 1: A = W_Q W_K^T and V = W_V W_O (dyadic data: exact).
+                # proofs_notes/theory.md section 1: A = W_Q W_K^T and V = W_V W_O (dyadic data: exact).
                 np.testing.assert_array_equal(qk.dense(), Q[h] @ K[h].T)
                 np.testing.assert_array_equal(vt.dense(), V[h] @ O[h])
                 assert qk.rank_cap == vt.rank_cap == 4
