@@ -1,0 +1,324 @@
+"""Certified singular values of many covered matrices at once, through Gram matrices (method "gram-eig").
+
+Proof of every step (floating-point model, product error bounds, the Gram/Cholesky route for
+factored heads, the certified symmetric eigenvalue enclosure, outward rounding, prescaling, accuracy
+limits and fallback policy): ``proofs_notes/gram_enclosure.md``.  Floats (LAPACK Cholesky and eigh,
+dgemm) only *choose* the approximate quantities; every bound is assembled in binary64 with outward
+rounding by ``np.nextafter`` (valid under round-to-nearest, checked at import).  Factored matrices of
+one shape are stacked and processed together (batched r x r cores); dense matrices use the Gram on
+their small side.  Whenever a check fails the matrix goes to :func:`specbound.certified.factored.enclose`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from flint import arb
+
+from specbound.certified.arb import check_finite, pow2
+from specbound.certified.enclosure import SingularValueEnclosure, zero_enclosure
+from specbound.certified.factored import enclose as enclose_residual
+from specbound.errors import CertificationError
+from specbound.matrices import NamedMatrix
+
+METHOD = "gram-eig"
+UNIT_ROUNDOFF = 2.0**-53
+ETA = 2.0**-1021  # per-operation absolute underflow loss (gradual underflow and flush-to-zero)
+GROWTH = 1.0 + 2.0**-50  # >= 1 + 2u (exact float): inflation for one rounded subtraction or sum
+DEFAULT_MAX_RELATIVE_WIDTH = 1e-9
+# Prescaling by a power of two only when the largest entry leaves [2**-SAFE_EXP, 2**SAFE_EXP]: inside
+# it no float step below can overflow and underflow terms stay negligible (proof note section 2).
+SAFE_EXP = 200
+
+
+def _check_rounding_mode() -> None:
+    """Refuse to run unless binary64 arithmetic rounds to nearest (ties to even)."""
+    one = np.float64(1.0)
+    if not (one + np.float64(2.0**-53) == one and one + np.float64(3 * 2.0**-54) == one + np.float64(2.0**-52)):
+        raise CertificationError("binary64 rounding is not round-to-nearest; gram enclosures disabled")
+
+
+_check_rounding_mode()
+
+
+# --------------------------------------------------------------------------------------------------
+# Outward-rounded float arithmetic (proof note section 1)
+
+
+def _up(x):
+    return np.nextafter(x, np.inf)
+
+
+def _dn(x):
+    return np.nextafter(x, -np.inf)
+
+
+def _gamma(n: int) -> float:
+    """Float >= gamma_n = n u / (1 - n u); n u and 1 - n u are exact for n < 2**52."""
+    nu = n * UNIT_ROUNDOFF
+    if not nu < 0.5:
+        raise CertificationError(f"dimension {n} too large for the float error model")
+    return float(_up(nu / (1.0 - nu)))
+
+
+def _tiny(rows: int, cols: int, inner: int) -> float:
+    """Frobenius bound of the underflow terms of a rows x cols result whose entries each took at most
+    2 inner + 4 operations: rows * cols * (2 inner + 4) * ETA (rounded up)."""
+    return float(_up(float(rows * cols * (2 * inner + 4)) * ETA))
+
+
+def _fro_up(x: np.ndarray) -> np.ndarray:
+    """Per batch member (last two axes), a float >= the Frobenius norm of the float array x."""
+    n = x.shape[-1] * x.shape[-2]
+    ss = np.einsum("...ij,...ij->...", x, x)
+    c = _up(1.0 + _up(2.0 * _gamma(n)))  # >= 1 / (1 - gamma_n)
+    hi = _up(_up(ss * c) + _up(2.0 * n * ETA * c))
+    return _up(np.sqrt(hi))
+
+
+def _sq_up(x):
+    return _up(x * x)
+
+
+def _symmetrized(s: np.ndarray) -> np.ndarray:
+    """Upper triangle mirrored: exactly symmetric, every entry one of the computed entries."""
+    return np.triu(s) + np.swapaxes(np.triu(s, 1), -1, -2)
+
+
+# --------------------------------------------------------------------------------------------------
+# Certified eigenvalues of exactly symmetric float matrices (proof note section 5)
+
+
+def _eigen_square_bounds(s: np.ndarray, eps0: np.ndarray):
+    """For a stack s (B, p, p) of exactly symmetric float matrices and floats eps0 (B,) bounding
+    ||s - X|| for exact symmetric X: returns (lo, hi, ok) with lo[b, i] <= lambda_{i+1}(X_b) <= hi[b, i]
+    (decreasing order) where ok[b]."""
+    p = s.shape[-1]
+    d, z = np.linalg.eigh(s)
+    r = s @ z - z * d[:, None, :]
+    e = np.swapaxes(z, -1, -2) @ z
+    idx = np.arange(p)
+    e[:, idx, idx] -= 1.0
+    g = _gamma(p)
+    fz = _fro_up(z)
+    tiny = _tiny(p, p, p)
+    dmax = np.abs(d).max(axis=-1)
+    rn = _up(_up(_fro_up(r) * GROWTH) + _up(_up(g * _fro_up(s)) * fz))
+    rn = _up(_up(rn + _up(_up(4.0 * UNIT_ROUNDOFF * fz) * dmax)) + tiny)
+    delta = _up(_up(_up(_fro_up(e) * GROWTH) + _up(g * _sq_up(fz))) + tiny)
+    spread = _up(d[:, -1] - d[:, 0])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        denom = _dn(np.sqrt(_dn(1.0 - delta)))
+        eps_e = _up(_up(_up(delta * spread) + rn) / denom)
+    eps = _up(eps0 + eps_e)
+    ds = d[:, ::-1]
+    lo = _dn(ds - eps[:, None])
+    hi = _up(ds + eps[:, None])
+    ok = (delta < 0.5) & np.isfinite(eps) & np.all(np.isfinite(d), axis=-1)
+    return lo, hi, ok
+
+
+def _square_root_bounds(lo2: np.ndarray, hi2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Outward-rounded square roots of [max(lo2, 0), max(hi2, 0)] (proof note section 6)."""
+    with np.errstate(invalid="ignore"):
+        lo = np.where(lo2 > 0, _dn(np.sqrt(np.maximum(lo2, 0.0))), 0.0)
+        hi = _up(np.sqrt(np.maximum(hi2, 0.0)))
+    return np.maximum(lo, 0.0), hi
+
+
+# --------------------------------------------------------------------------------------------------
+# Squared singular values of stacks (proof note sections 3 and 4)
+
+
+def _dense_square_bounds(w: np.ndarray):
+    """w (B, m, n) prescaled: bounds of sigma_i(w_b)^2, i <= min(m, n)."""
+    if w.shape[1] > w.shape[2]:
+        w = np.swapaxes(w, -1, -2)
+    _, p, n = w.shape
+    s = _symmetrized(w @ np.swapaxes(w, -1, -2))
+    eps_g = _up(_up(_gamma(n) * _sq_up(_fro_up(w))) + _tiny(p, p, n))
+    return _eigen_square_bounds(s, eps_g)
+
+
+def _cholesky_factors(gy: np.ndarray) -> np.ndarray:
+    """Any float L with L L^T ~ gy (the bounds never trust it): Cholesky, else an eigh factor."""
+    try:
+        return np.linalg.cholesky(gy)
+    except np.linalg.LinAlgError:
+        pass
+    out = np.empty_like(gy)
+    for b in range(gy.shape[0]):
+        try:
+            out[b] = np.linalg.cholesky(gy[b])
+        except np.linalg.LinAlgError:
+            lam, v = np.linalg.eigh(gy[b])
+            out[b] = v * np.sqrt(np.maximum(lam, 0.0))
+    return out
+
+
+def _factored_square_bounds(f: np.ndarray, g: np.ndarray):
+    """f (B, m, r), g (B, r, n) prescaled: bounds of the r eigenvalues of Gx^1/2 Gy Gx^1/2, whose
+    top min(m, n, r) are sigma_i(f_b g_b)^2."""
+    _, m, r = f.shape
+    n = g.shape[2]
+    gr = _gamma(r)
+    tiny = _tiny(r, r, max(m, n, r))
+    gx = _symmetrized(np.swapaxes(f, -1, -2) @ f)
+    gy = _symmetrized(g @ np.swapaxes(g, -1, -2))
+    eps_x = _up(_up(_gamma(m) * _sq_up(_fro_up(f))) + tiny)
+    eps_y = _up(_up(_gamma(n) * _sq_up(_fro_up(g))) + tiny)
+    lf = _cholesky_factors(gy)
+    fl = _fro_up(lf)
+    fl2 = _sq_up(fl)
+    delta_y = lf @ np.swapaxes(lf, -1, -2) - gy
+    eps_delta = _up(_up(_up(_fro_up(delta_y) * GROWTH) + _up(gr * fl2)) + _up(eps_y + tiny))
+    norm_gx = _up(_fro_up(gx) + eps_x)
+    mt = gx @ lf
+    t = np.swapaxes(lf, -1, -2) @ mt
+    ts = _symmetrized(t)
+    eps_t = _up(_up(gr * fl) * _fro_up(mt))
+    eps_t = _up(eps_t + _up(fl2 * _up(_up(gr * _fro_up(gx)) + eps_x)))
+    eps_t = _up(eps_t + _up(_up(_fro_up(t - np.swapaxes(t, -1, -2)) * GROWTH) + 3.0 * tiny))
+    eps0 = _up(eps_t + _up(norm_gx * eps_delta))
+    return _eigen_square_bounds(ts, eps0)
+
+
+# --------------------------------------------------------------------------------------------------
+# Prescaling (proof note section 2)
+
+
+def _prescale(stack: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(scaled stack, exponents e (B,), exact (B,)): scaled_b = 2**-e_b stack_b; e_b = 0 unless the
+    largest entry leaves [2**-SAFE_EXP, 2**SAFE_EXP]."""
+    mx = np.abs(stack).max(axis=(1, 2))
+    _, e = np.frexp(mx)
+    need = (mx > 0) & ((e > SAFE_EXP) | (e < -SAFE_EXP))
+    e = np.where(need, e, 0).astype(np.int64)
+    exact = np.ones(stack.shape[0], dtype=bool)
+    if not np.any(need):
+        return stack, e, exact
+    out = stack.copy()
+    for b in np.nonzero(need)[0]:
+        out[b] = np.ldexp(stack[b], -int(e[b]))
+        exact[b] = bool(np.array_equal(np.ldexp(out[b], int(e[b])), stack[b]))
+    return out, e, exact
+
+
+# --------------------------------------------------------------------------------------------------
+# Records
+
+
+def _record(shape, lo: np.ndarray, hi: np.ndarray, exp: int, q: int, rank_cap) -> SingularValueEnclosure:
+    """Enclosure of sigma_1..sigma_k from scaled float bounds of sigma_1..sigma_q (q <= k); the rest
+    exactly 0 (structural rank).  Scaling by 2**exp is exact in Arb."""
+    k = min(shape)
+    zero = arb(0)
+    scale = pow2(exp) if exp else None
+
+    def conv(x: float) -> arb:
+        if x == 0.0:
+            return zero
+        a = arb(float(x))
+        return a * scale if scale is not None else a
+
+    lower = tuple(conv(x) for x in lo[:q]) + (zero,) * (k - q)
+    upper = tuple(conv(x) for x in hi[:q]) + (zero,) * (k - q)
+    return SingularValueEnclosure(
+        shape=tuple(shape), lower=lower, upper=upper, zero_count=k - q, method=METHOD, rank_cap=rank_cap,
+    )
+
+
+def _acceptable(lo: np.ndarray, hi: np.ndarray, max_relative_width: float) -> bool:
+    if not (np.all(np.isfinite(hi)) and hi[0] > 0):
+        return False
+    return bool((hi[0] - lo[0]) <= max_relative_width * hi[0])
+
+
+# --------------------------------------------------------------------------------------------------
+# Public entry point
+
+
+def enclose_batch(
+    matrices: Sequence[NamedMatrix], *, max_relative_width: float = DEFAULT_MAX_RELATIVE_WIDTH,
+    small_values: bool = False,
+) -> list[SingularValueEnclosure]:
+    """Certified enclosures of all singular values of every covered matrix, in input order.
+
+    Contract (same as :func:`specbound.certified.factored.enclose`): for each exact real matrix W
+    (``left`` if dense, the exact product ``left @ right`` if factored) and each i,
+    ``lower[i] <= sigma_{i+1}(W) <= upper[i]``; values beyond the structural rank cap are exactly 0.
+    Method "gram-eig" (proofs_notes/gram_enclosure.md); a matrix whose Gram route fails a check, or
+    whose sigma_1 relative width exceeds ``max_relative_width``, or every matrix when
+    ``small_values`` is set (tiny singular values then need absolute accuracy ~1e-14 sigma_1), goes
+    to the residual route (method "gram", "eft" or "fallback").  Non-finite entries raise
+    :class:`~specbound.errors.NonFiniteError`.
+    """
+    out: list[SingularValueEnclosure | None] = [None] * len(matrices)
+    for mat in matrices:
+        check_finite(mat.left, "left factor" if mat.is_factored else "matrix")
+        if mat.is_factored:
+            check_finite(mat.right, "right factor")
+    if small_values:
+        return [enclose_residual(mat) for mat in matrices]
+    groups: dict[tuple, list[int]] = {}
+    for idx, mat in enumerate(matrices):
+        key = ("f", mat.left.shape, mat.right.shape) if mat.is_factored else ("d", idx)
+        groups.setdefault(key, []).append(idx)
+    for key, members in groups.items():
+        if key[0] == "f":
+            _enclose_factored_group([matrices[i] for i in members], members, out, max_relative_width)
+        else:
+            out[members[0]] = _enclose_dense(matrices[members[0]], max_relative_width)
+    for idx, mat in enumerate(matrices):
+        if out[idx] is None:
+            out[idx] = enclose_residual(mat)
+    return out  # type: ignore[return-value]
+
+
+def _enclose_dense(mat: NamedMatrix, max_relative_width: float) -> SingularValueEnclosure | None:
+    w = np.asarray(mat.left, dtype=np.float64)
+    if w.ndim != 2:
+        raise CertificationError(f"matrix {mat.name} is not 2-D")
+    shape = (int(w.shape[0]), int(w.shape[1]))
+    k = min(shape)
+    if k == 0 or not np.any(w):
+        return zero_enclosure(shape)
+    ws, e, exact = _prescale(w[None])
+    if not exact[0]:
+        return None
+    with np.errstate(all="ignore"):
+        lo2, hi2, ok = _dense_square_bounds(ws)
+    if not ok[0]:
+        return None
+    lo, hi = _square_root_bounds(lo2[0], hi2[0])
+    if not _acceptable(lo, hi, max_relative_width):
+        return None
+    return _record(shape, lo, hi, int(e[0]), k, None)
+
+
+def _enclose_factored_group(mats: list[NamedMatrix], members: list[int], out: list, max_relative_width: float) -> None:
+    m, r = mats[0].left.shape
+    n = mats[0].right.shape[1]
+    shape = (int(m), int(n))
+    k = min(shape)
+    q = min(k, r)
+    live = []
+    for mat, idx in zip(mats, members):
+        if q == 0 or not np.any(mat.left) or not np.any(mat.right):
+            out[idx] = zero_enclosure(shape, rank_cap=q)
+        else:
+            live.append((mat, idx))
+    if not live:
+        return
+    f = np.stack([np.asarray(mat.left, dtype=np.float64) for mat, _ in live])
+    g = np.stack([np.asarray(mat.right, dtype=np.float64) for mat, _ in live])
+    fs, ef, exf = _prescale(f)
+    gs, eg, exg = _prescale(g)
+    with np.errstate(all="ignore"):
+        lo2, hi2, ok = _factored_square_bounds(fs, gs)
+        lo, hi = _square_root_bounds(lo2, hi2)
+    for b, (_, idx) in enumerate(live):
+        if not (ok[b] and exf[b] and exg[b]) or not _acceptable(lo[b], hi[b], max_relative_width):
+            continue
+        out[idx] = _record(shape, lo[b], hi[b], int(ef[b] + eg[b]), q, q)
