@@ -13,7 +13,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="single-scale chaining form (default: centred, THEORY.md 10.1)")
     parser.add_argument("--dudley", choices=("centred", "uncentred"), default="centred",
                         help="Dudley form (default: centred, upper limit 1/4)")
-    parser.add_argument("--activation", choices=("gelu", "gelu_tanh", "relu"), default="gelu")
+    parser.add_argument("--activation", choices=("gelu", "gelu_tanh", "relu", "silu"), default="gelu")
+    parser.add_argument("--model", choices=("analysis", "residual", "causal", "ls", "ls_residual"),
+                        default="analysis",
+                        help="analysis model (default), its residual variant, causal GPT-2 style, "
+                             "Llama style (ls: RoPE, grouped keys, gated feed-forward)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a lemma constant (C_sm, L_phi, B_phi), e.g. --set C_sm=2")
 
@@ -28,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
         if not sep:
             raise DerivationError(f"--set expects NAME=VALUE, got {item!r}")
         overrides[name.strip()] = value.strip()
-    theorem = assemble(overrides, massart=args.massart, dudley=args.dudley, activation=args.activation)
+    theorem = assemble(overrides, massart=args.massart, dudley=args.dudley, activation=args.activation,
+                       model={"analysis": "plain"}.get(args.model, args.model))
     sys.stdout.write(render(theorem, args.format))
     return 0
