@@ -12,7 +12,7 @@ from __future__ import annotations
 import sympy as sp
 
 from .lemma import Lemma
-from .lipschitz import C_SM_PROVED, attn_v_lipschitz, softmax_linf_l1
+from .lipschitz import attn_v_lipschitz, softmax_linf_l1
 from .symbols import (
     B_phi, C_sm, H, L, L_phi, N, c_D, c_G, c_K, c_Q, c_U, c_V, d_ff, d_h, group_sum, head_sum, n_kv,
     rho_R,

@@ -10,14 +10,14 @@ sum of ``shared_matrix_sensitivity`` by the largest single head (a wrong rule).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 import sympy as sp
 
 from specbound.derivation import REGISTRY, assemble
 
-LEMMA_SYMBOLS = ("C_sm", "L_phi", "B_phi", "rho_R")
+
 
 
 @lru_cache(maxsize=None)
