@@ -81,3 +81,16 @@ DD = sp.Symbol("DD", positive=True)  #: Dudley complexity
 emp = sp.Symbol("hat_E", nonnegative=True)  #: empirical ramp loss (1/n) sum l_rho(y f)
 R_hat = sp.Symbol("hat_R", nonnegative=True)  #: empirical Rademacher complexity
 T4_sum = sp.Symbol("T4_sum", positive=True)  #: sum_j (explicit-corollary matrix term)
+
+# -- modern blocks (masks, RoPE, grouped-query heads, gated feed-forward; proofs_notes/theory.md
+#    section 11) -------------------------------------------------------------------------------
+c_Q = sp.Symbol("c_Q", positive=True)  #: ||Q_h|| = ||tau W_Q^(h)|| (N x d_h)
+c_K = sp.Symbol("c_K", positive=True)  #: ||K_g|| = ||W_K^(g)|| (N x d_h), shared by the heads of group g
+c_G = sp.Symbol("c_G", positive=True)  #: ||G|| (gate, N x d_ff)
+c_U = sp.Symbol("c_U", positive=True)  #: ||U|| (up, N x d_ff)
+c_D = sp.Symbol("c_D", positive=True)  #: ||D|| (down, d_ff x N)
+rho_R = sp.Symbol("rho_R", positive=True)  #: max_{t,s} ||R_ts|| of the rotation tables (exact: 1)
+group_sum = sp.Symbol("Sigma_g", positive=True)  #: sum over the heads h of group g of ||V~_h|| ||Q_h||
+d_h = sp.Symbol("d_h", positive=True, integer=True)  #: head dimension
+d_ff = sp.Symbol("d_ff", positive=True, integer=True)  #: gated feed-forward width
+n_kv = sp.Symbol("n_kv", positive=True, integer=True)  #: key/value groups per layer

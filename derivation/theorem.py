@@ -23,14 +23,14 @@ from typing import Iterator, Mapping
 import sympy as sp
 
 from specbound.errors import SpecboundError
-from specbound.vocabulary import ACTIVATIONS
+from specbound.vocabulary import ACTIVATIONS, MODEL_VARIANTS
 
-from . import covering, lipschitz, posthoc, rademacher
+from . import covering, lipschitz, modern_blocks, posthoc, rademacher
 from .lemma import Lemma
 from .symbols import (
     B_phi, B_w, C_sm, D_sum, DD, H_total, J, L_phi, Lambda, Lambda_sum, N, SS, T4_sum, T_sum,
     U_total, alpha_D, c, d, delta, emp, eps, k, k_c, k_rho, k_s, k_w, kappa,
-    n, p, r_max, rho, s, u, u_w, vartheta, vartheta_w,
+    n, p, r_max, rho, rho_R, s, u, u_w, vartheta, vartheta_w,
 )
 
 
@@ -62,22 +62,35 @@ main_theorem = Lemma(
     constants={"bound": emp + 2 * sp.Min(SS, DD) + 3 * sp.sqrt((sp.log(2 / delta) + Lambda) / (2 * n))},
 )
 
-#: every register entry of proofs_notes/theory.md section 8 (layer_lipschitz / sensitivity_gamma are two objects)
-REGISTRY: Mapping[str, Lemma] = MappingProxyType({
+#: every register entry of the analysis model (proofs_notes/theory.md section 8; layer_lipschitz / sensitivity_gamma are two objects)
+ANALYSIS_REGISTRY: Mapping[str, Lemma] = MappingProxyType({
     lem.name: lem
     for lem in (*lipschitz.LEMMAS, *covering.LEMMAS, *rademacher.LEMMAS, *posthoc.LEMMAS,
                 balance_single_scale, main_theorem)
 })
+#: every register entry: the analysis model's, then the modern blocks (entries 24-30)
+REGISTRY: Mapping[str, Lemma] = MappingProxyType(
+    dict(ANALYSIS_REGISTRY) | {lem.name: lem for lem in modern_blocks.LEMMAS})
+
+#: the lemmas each model variant rests on (what its rendering lists)
+MODEL_LEMMAS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "plain": tuple(ANALYSIS_REGISTRY), "residual": tuple(ANALYSIS_REGISTRY),
+    "causal": (*ANALYSIS_REGISTRY, "masked_softmax", "score_bias"),
+    "ls": tuple(REGISTRY), "ls_residual": tuple(REGISTRY),
+})
+#: the model variants whose attention uses rotary embeddings (rho_R is a constant in force there)
+ROPE_MODELS = ("ls", "ls_residual")
 
 #: overridable lemma constants: name -> (symbol, lemma that proves the default)
 OVERRIDABLE: Mapping[str, tuple[sp.Symbol, str]] = MappingProxyType({
     "C_sm": (C_sm, "softmax_linf_l1"),
     "L_phi": (L_phi, "gelu_constants"),
     "B_phi": (B_phi, "gelu_constants"),
+    "rho_R": (rho_R, "rope_attention"),
 })
 
 VARIANTS = {"massart": ("centred", "uncentred"), "dudley": ("centred", "uncentred"),
-            "activation": ACTIVATIONS, "model": ("plain", "residual")}
+            "activation": ACTIVATIONS, "model": MODEL_VARIANTS}
 
 
 @dataclass(frozen=True)
@@ -97,7 +110,7 @@ class Theorem:
     head_summand: sp.Expr  #: ||V_h|| (1 + 2 C_sm ||A_h||)
     layer_lipschitz: sp.Expr  #: L_l over c_in, c_out, Sigma_h
     alpha_step: sp.Expr  #: alpha_{l-1} = mathcal_L_l * alpha_l, alpha_L = 1 (over mathcal_L, alpha)
-    gamma: Mapping[str, sp.Expr]  #: keys A, V, M_in, M_out, w
+    gamma: Mapping[str, sp.Expr]  #: keys A, V, M_in, M_out, w (LS models: Q, K, Vt, G, U, D, w)
     kappa: sp.Expr  #: B_w alpha gamma / rho
 
     # entropies H(eps)
@@ -151,7 +164,7 @@ class Theorem:
     corollary_matrix_term: sp.Expr  #: 4 (c_M a_j)^{1/(p+2)} (explicit form, p > 0; p = 0 same at p=0)
     corollary_explicit: sp.Expr  #: over T4_sum, J, Lambda
 
-    lemmas: Mapping[str, Lemma] = field(default_factory=lambda: REGISTRY, repr=False)
+    lemmas: Mapping[str, Lemma] = field(default_factory=lambda: ANALYSIS_REGISTRY, repr=False)
 
     def items(self) -> Iterator[tuple[str, sp.Basic]]:
         """(name, expression) for every expression field, gamma flattened as gamma_<type>."""
@@ -199,8 +212,11 @@ def assemble(
     ``overrides`` replaces lemma constants by name (:data:`OVERRIDABLE`: ``C_sm``, ``L_phi``,
     ``B_phi``); every downstream expression changes accordingly.  An override is the user's claim,
     recorded in ``Theorem.overridden``.  ``massart``/``dudley`` pick the centred (default) or
-    uncentred chaining forms; ``activation`` the GELU or ReLU constants; ``model`` the analysis
-    model of proofs_notes/theory.md section 1 or its residual variant (R).
+    uncentred chaining forms; ``activation`` the GELU, tanh-GELU, ReLU or SiLU constants;
+    ``model`` the analysis model (``plain``), its residual variant (R), the causal GPT-2-style model
+    (``causal``: a fixed mask and a fixed read-out token change no constant, masked_softmax), or the
+    Llama-style model (``ls``, ``ls_residual``: RoPE, grouped keys, gated feed-forward; ls_model).
+    ``rho_R`` (the rotation tables' norm bound, default 1 = exact rotations) applies to LS models only.
     """
     chosen = {"massart": massart, "dudley": dudley, "activation": activation, "model": model}
     for key, value in chosen.items():
@@ -210,6 +226,8 @@ def assemble(
     unknown = sorted(set(overrides) - set(OVERRIDABLE))
     if unknown:
         raise DerivationError(f"unknown constant(s) {unknown}; overridable: {sorted(OVERRIDABLE)}")
+    if "rho_R" in overrides and model not in ROPE_MODELS:
+        raise DerivationError(f"override rho_R applies to the rotary models {ROPE_MODELS} only")
     exact = tuple(sorted((name, _exact(name, value)) for name, value in overrides.items()))
     # Theorems are immutable, so one assembly per distinct request is shared (assembly costs ~0.5 s).
     return _assemble(exact, massart, dudley, activation, model)
@@ -220,9 +238,11 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
     chosen = {"massart": massart, "dudley": dudley, "activation": activation, "model": model}
     overrides = dict(exact_overrides)
     act = {"gelu": REGISTRY["gelu_constants"].constants, "gelu_tanh": lipschitz.gelu_tanh_constants,
-           "relu": lipschitz.relu_constants}[activation]
+           "relu": lipschitz.relu_constants, "silu": REGISTRY["silu_constants"].constants}[activation]
     values = {"C_sm": REGISTRY["softmax_linf_l1"].constants["C_sm"], "L_phi": act["L_phi"],
               "B_phi": act["B_phi"]}
+    if model in ROPE_MODELS:
+        values["rho_R"] = REGISTRY["rope_attention"].constants["rho_R_exact"]
     values.update(overrides)
     subs = {OVERRIDABLE[name][0]: value for name, value in values.items()}
 
@@ -230,8 +250,15 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
         return expr.xreplace(subs) if isinstance(expr, sp.Basic) else expr
 
     lip = REGISTRY["layer_lipschitz"].constants
-    if model == "plain":
+    head = lip["head_summand"]
+    if model in ("plain", "causal"):  # causal: masked_softmax leaves every constant unchanged
         gam, layer = REGISTRY["sensitivity_gamma"].constants, lip["layer"]
+    elif model in ROPE_MODELS:
+        ls = REGISTRY["ls_model"].constants
+        suffix = "" if model == "ls" else "_R"
+        gam = {key: ls[key + suffix] if key in ("Q", "K", "Vt") else ls[key]
+               for key in modern_blocks.LS_MATRIX_KINDS} | {"w": sp.Integer(1)}
+        layer, head = ls["layer" + suffix], ls["head_summand"]
     else:
         res = REGISTRY["residual_variant"].constants
         gam = {key: res[key] for key in ("A", "V", "M_in", "M_out")} | {"w": sp.Integer(1)}
@@ -287,7 +314,7 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
     cor_term = 2 * 2 * (coeff * a_sch) ** (1 / (p + 2))  # 2 C_p <= 4 on (0, 2]
 
     exprs = dict(
-        head_summand=lip["head_summand"],
+        head_summand=head,
         layer_lipschitz=layer,
         alpha_step=lip["alpha_step"],
         kappa=kap,
@@ -339,6 +366,7 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
         overridden=tuple(sorted(overrides)),
         variants=MappingProxyType(chosen),
         gamma=MappingProxyType({key: fix(val) for key, val in gam.items()}),
+        lemmas=MappingProxyType({name: REGISTRY[name] for name in MODEL_LEMMAS[model]}),
         **{name: fix(expr) for name, expr in exprs.items()},
     )
 

@@ -9,8 +9,14 @@ from __future__ import annotations
 MATRIX_KINDS: tuple[str, ...] = ("QK", "V_tilde", "M_in", "M_out")
 """Kinds of covered matrix, in the canonical order within a layer (proofs_notes/theory.md section 1)."""
 
-ACTIVATIONS: tuple[str, ...] = ("gelu", "gelu_tanh", "relu")
-"""Feed-forward activations whose Lipschitz constants are derived (proofs_notes/gelu_constants.md)."""
+ACTIVATIONS: tuple[str, ...] = ("gelu", "gelu_tanh", "relu", "silu")
+"""Feed-forward activations whose Lipschitz constants are derived (proofs_notes/gelu_constants.md,
+proofs_notes/silu_constants.md)."""
+
+MODEL_VARIANTS: tuple[str, ...] = ("plain", "residual", "causal", "ls", "ls_residual")
+"""Analysis models the theorem is assembled for: the plain analysis model, its residual variant,
+the causal (GPT-2-style) model and the Llama-style model with and without residuals
+(proofs_notes/theory.md sections 1, 10 and 11)."""
 
 READOUT_TRAINED = "trained"
 """The read-out w was fitted on the sample: it is covered and paid for."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specbound.vocabulary import ACTIVATIONS
+from specbound.vocabulary import ACTIVATIONS, MODEL_VARIANTS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,6 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dudley", choices=("centred", "uncentred"), default="centred",
                         help="Dudley form (default: centred, upper limit 1/4)")
     parser.add_argument("--activation", choices=ACTIVATIONS, default=ACTIVATIONS[0])
+    parser.add_argument("--model", choices=("analysis",) + MODEL_VARIANTS[1:], default="analysis",
+                        help="analysis model (default), its residual variant, causal GPT-2 style, "
+                             "Llama style (ls: RoPE, grouped keys, gated feed-forward)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a lemma constant (C_sm, L_phi, B_phi), e.g. --set C_sm=2")
 
@@ -30,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
         if not sep:
             raise DerivationError(f"--set expects NAME=VALUE, got {item!r}")
         overrides[name.strip()] = value.strip()
-    theorem = assemble(overrides, massart=args.massart, dudley=args.dudley, activation=args.activation)
+    theorem = assemble(overrides, massart=args.massart, dudley=args.dudley, activation=args.activation,
+                       model={"analysis": "plain"}.get(args.model, args.model))
     sys.stdout.write(render(theorem, args.format))
     return 0

@@ -30,3 +30,19 @@ def test_theorem_command_does_not_import_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_model_option_renders_each_variant(capsys):
+    from specbound.derivation.render import render
+    from specbound.derivation.theorem import assemble
+
+    for option, model in (("analysis", "plain"), ("residual", "residual"), ("causal", "causal"),
+                          ("ls", "ls"), ("ls_residual", "ls_residual")):
+        assert main(["theorem", "--model", option, "--activation", "silu", "--format", "latex"]) == 0
+        assert capsys.readouterr().out == render(assemble(model=model, activation="silu"), "latex")
+
+
+def test_rho_R_override_outside_rotary_models_is_one_error_line(capsys):
+    assert main(["theorem", "--set", "rho_R=2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rho_R" in err[0]

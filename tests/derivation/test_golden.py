@@ -36,3 +36,24 @@ def test_rendering_matches_golden_file(fmt):
 
 def test_rendering_is_deterministic():
     assert render(assemble(), "text") == render(assemble(), "text")
+
+
+#: golden files of the model variants (file stem -> assemble keywords)
+VARIANT_GOLDEN = {
+    "theorem_causal": {"model": "causal"},
+    "theorem_ls": {"model": "ls", "activation": "silu"},
+    "theorem_ls_residual": {"model": "ls_residual", "activation": "silu"},
+}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("stem", sorted(VARIANT_GOLDEN))
+def test_model_variant_rendering_matches_golden_file(stem, fmt):
+    path = os.path.join(GOLDEN, f"{stem}.{SUFFIX[fmt]}")
+    current = render(assemble(**VARIANT_GOLDEN[stem]), fmt)
+    if os.environ.get("SPECBOUND_UPDATE_GOLDEN") == "1":
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(current)
+    with open(path, encoding="utf-8") as fh:
+        golden = fh.read()
+    assert current == golden, unified_diff(golden, current, (path, "current"))
