@@ -92,7 +92,10 @@ def ref_q4_k(block: bytes) -> list[Fraction]:
             sc, m = _scale_min_k4(2 * k + half, scales)
             d1, m1 = exact(d * sc), exact(dmin * m)
             # The one rounding of the formula: the final subtraction of two binary32 numbers.
-            out += [round32(exact(d1 * ((b >> shift) & 0x0F)) - m1) for b in q]
+            for byte in q:
+                diff = exact(d1 * ((byte >> shift) & 0x0F)) - m1
+                ROUNDED[0] += round32(diff) != diff
+                out.append(round32(diff))
     return out
 
 
@@ -169,6 +172,11 @@ def test_quantized_values_are_the_exact_binary32_of_the_block_formula(tmp_path, 
     got = ckpt.tensor("w").reshape(-1)
     want = [v for b in raw for v in REFERENCES[type_name](bytes(b))]
     assert [Fraction(float(x)) for x in got] == want
+    if type_name == "Q4_K":  # the one rounding step is exercised, not only exact cases
+        assert ROUNDED[0] > 0
+
+
+ROUNDED = [0]
 
 
 def test_mutated_reference_is_caught():
@@ -323,6 +331,21 @@ def test_gemma3_header_matches_gguf_reader(gemma_gguf):
         want = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
         np.testing.assert_array_equal(ckpt.tensor(t.name), want.reshape(ckpt.shape(t.name)))
     assert seen == {"F32", "Q5_0", "Q4_K", "Q6_K", "Q8_0"}
+    # The real blocks, against the independent rational decoder (first row of each type).
+    pending = dict(REFERENCES)
+    for t in reader.tensors:
+        ref = pending.get(t.tensor_type.name)
+        if ref is None or t.name == "token_embd.weight":
+            continue
+        row = bytes(np.asarray(t.data[0]))
+        size = gguf.GGML_QUANT_SIZES[t.tensor_type][1]
+        want = [v for k in range(0, len(row), size) for v in ref(row[k : k + size])]
+        got = ckpt.tensor(t.name)[0]
+        assert [Fraction(float(x)) for x in got] == want, t.name
+        pending.pop(t.tensor_type.name)
+        if not pending:
+            break
+    assert not pending
 
 
 @pytest.mark.gemma
