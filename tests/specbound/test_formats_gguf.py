@@ -363,3 +363,17 @@ def test_gemma3_facts(gemma_gguf):
     assert ckpt.shape("blk.0.attn_q_norm.weight") == (256,)
     assert ckpt.quantization["blk.0.attn_output.weight"] == "Q4_K"
     assert ckpt.quantization["blk.0.ffn_down.weight"] == "Q6_K"
+
+
+def test_command_line_bad_gguf_is_one_line_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    path, data = _valid(tmp_path)
+    bad = tmp_path / "cut.gguf"
+    bad.write_bytes(data[: len(data) - 7])
+    for target, needle in ((bad, "truncated"), (path, "unknown layout")):
+        out = subprocess.run([sys.executable, "-m", "specbound", "spectra", str(target)],
+                             capture_output=True, text=True, timeout=300)
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and needle in lines[0], out.stderr
