@@ -21,6 +21,8 @@ from .checkpoint import load_weights as _load_weights
 from .errors import SpecboundError
 from .formats.state_dict import InMemorySource, describe, is_in_memory
 
+# The numeric layers (torch) and the pipeline are imported inside the functions that need them, so
+# that ``specbound.load_weights`` on a file never imports torch.
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
 

@@ -34,8 +34,11 @@ DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4
 """GGML tensors have at most four dimensions."""
 
-MAX_TENSOR_ELEMENTS = 1 << 31
-"""Largest tensor dequantized on request (2^31 entries, 16 GiB as float64): refuse beyond it."""
+MAX_TENSOR_ELEMENTS = 1 << 28
+"""Largest tensor dequantized on request: 2^28 entries (2 GiB once widened to float64), so one
+read stays bounded whatever a file declares.  Projection matrices of models up to tens of billions
+of parameters are far below it (Gemma 3 270M: largest projection 2^20.3 entries, the token
+embedding 2^27.3)."""
 
 CONFIG_ARRAY_LIMIT = 1024
 """Metadata arrays longer than this (token vocabularies, merges) are left out of ``config``."""

@@ -28,6 +28,10 @@ import numpy as np
 from ..errors import CheckpointError
 from . import Opened
 
+# torch is imported inside the functions below, never at module level: this module is imported by
+# every checkpoint open, and reading a file must not pay torch's start-up time (in-memory torch
+# values mean torch is already loaded, so the local imports cost nothing there).
+
 
 def _is_module(obj: object) -> bool:
     # A module object exists only if torch was imported: checking sys.modules keeps opening a
