@@ -5,6 +5,40 @@ Layers (installed as subpackages of this one import name):
 - ``specbound.derivation`` -- SymPy: every lemma, its constant and covering term; the theorem.
 - ``specbound.certified``  -- python-flint (Arb) balls that provably contain the true values.
 - ``specbound.numeric``    -- fast torch path (CPU/CUDA), cross-checked against ``certified``.
+
+The Python API (:mod:`specbound.api`): ``specbound.certify``, ``specbound.spectra``,
+``specbound.proxies`` and ``specbound.load_weights`` accept a path, a cached repo id, a state dict,
+a ``torch.nn.Module`` or a ``transformers`` model.  They are loaded on first use, so
+``import specbound`` stays light (it imports neither torch nor the numeric layers).
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+_API = frozenset(
+    {"certify", "spectra", "proxies", "load_weights", "CertifyResult", "SpectraResult",
+     "ProxiesResult"}
+)
+_ERRORS = frozenset({"SpecboundError", "CheckpointError", "LayoutError", "NonFiniteError"})
+
+__all__ = sorted(_API | _ERRORS | {"__version__"})
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562 lazy attributes: the API module imports numpy and the loaders only when first used.
+    if name in _API:
+        from . import api
+
+        return getattr(api, name)
+    if name in _ERRORS:
+        from . import errors
+
+        return getattr(errors, name)
+    raise AttributeError(f"module 'specbound' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _API | _ERRORS)

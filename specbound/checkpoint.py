@@ -16,9 +16,17 @@ Containers (chosen by file extension, else by the first bytes):
   a ``"__metadata__"`` entry holding a ``dict[str, str]`` is taken as metadata;
 * ``.npz`` -- ``numpy.load(allow_pickle=False)``; a 0-d string array ``__metadata__`` holding a JSON
   object is taken as metadata;
+* ``.gguf`` -- a llama.cpp GGUF file (:mod:`specbound.formats.gguf_file`): quantized tensors are
+  dequantized exactly to the float32 values the format defines; ``quantization`` records the
+  storage type of every tensor and ``config`` the file's metadata;
 * a folder -- a Hugging Face model folder: ``config.json`` plus ``model.safetensors`` or
-  ``pytorch_model.bin``.  A weights file with one of those two names also picks up the
-  ``config.json`` beside it.
+  ``pytorch_model.bin``, or a sharded checkpoint's ``model.safetensors.index.json`` /
+  ``pytorch_model.bin.index.json`` (:mod:`specbound.formats.safetensors_sharded`).  A weights file
+  with one of those two names also picks up the ``config.json`` beside it;
+* a repo id (``owner/name``) that is not an existing path -- the snapshot folder of that repo in
+  the local Hugging Face cache, found offline (:mod:`specbound.formats.hf_cache`);
+* in memory -- a state dict ``Mapping[str, torch.Tensor | numpy.ndarray]`` or a ``torch.nn.Module``
+  (:mod:`specbound.formats.state_dict`), read and checked exactly like a file.
 
 Every failure raises a :class:`~specbound.errors.SpecboundError` subclass with a one-line message
 that names the file and, where there is one, the tensor.
@@ -26,8 +34,8 @@ that names the file and, where there is one, the tensor.
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 import re
 import warnings
 import zipfile
@@ -38,8 +46,16 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CheckpointError, LayoutError, NonFiniteError
+from .errors import CheckpointError, LayoutError, NonFiniteError, SourceNotFoundError, one_line
+from .formats import Opened, file_sha256
+from .formats.gguf_file import open_gguf
+from .formats.hf_cache import hub_cache_dir, looks_like_repo_id, resolve_repo_id
+from .formats.safetensors_sharded import INDEX_FILES, open_sharded
+from .formats.state_dict import describe, is_in_memory, open_state_dict
 from .matrices import AnalysisWeights
+
+CheckpointSource = Any
+"""A path (``str`` / ``os.PathLike``), a cached repo id, a state dict or a ``torch.nn.Module``."""
 
 FLOAT_DTYPES: frozenset[str] = frozenset({"float16", "bfloat16", "float32", "float64"})
 """Stored dtypes whose every value is exactly a binary64 number (so reading them is lossless)."""
@@ -56,9 +72,7 @@ _SAFETENSORS_DTYPES = {
 _TORCH_SUFFIXES = (".pt", ".pth", ".bin")
 
 
-def _one_line(text: object) -> str:
-    """Collapse a library message to one line (the CLI contract is one line per error)."""
-    return " ".join(str(text).split())
+_one_line = one_line
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,6 +92,9 @@ class Checkpoint:
     config: Mapping[str, Any] | None = None
     config_path: Path | None = None
     _fetch: Callable[[str], np.ndarray] | None = field(default=None, repr=False)
+    quantization: Mapping[str, str] = field(default_factory=dict)
+    """Storage type per tensor for GGUF files (``Q4_K``, ``Q8_0``, ``F32``...); empty otherwise."""
+    _digest: Callable[[], str] | None = field(default=None, repr=False)
 
     def names(self) -> tuple[str, ...]:
         return tuple(self.shapes)
@@ -121,21 +138,16 @@ class Checkpoint:
         return array
 
     def sha256(self) -> str:
-        """Hex SHA-256 of the weights file's bytes (identifies exactly what was analysed)."""
+        """Hex SHA-256 identifying exactly what was analysed: the weights file's bytes; for a
+        sharded or in-memory checkpoint the digest its module defines."""
+        if self._digest is not None:
+            return self._digest()
         return file_sha256(self.path)
 
 
 def _fmt_shape(shape: Iterable[int]) -> str:
     dims = tuple(int(s) for s in shape)
     return f"({', '.join(map(str, dims))}{',' if len(dims) == 1 else ''}) ({len(dims)}-D)"
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # --------------------------------------------------------------------------- locating files
@@ -146,18 +158,16 @@ def _locate(path: Path) -> tuple[Path, Path | None]:
     if not path.exists():
         raise CheckpointError(f"{path}: no such file or folder")
     if path.is_dir():
-        for index in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
-            if (path / index).exists() and not any((path / n).exists() for n in HF_WEIGHT_FILES):
-                raise CheckpointError(f"{path / index}: sharded checkpoints are not supported")
-        for name in HF_WEIGHT_FILES:
+        config = path / "config.json"
+        for name in HF_WEIGHT_FILES + INDEX_FILES:
             if (path / name).is_file():
-                config = path / "config.json"
                 return path / name, config if config.is_file() else None
         raise CheckpointError(
-            f"{path}: folder holds no weights file (expected {' or '.join(HF_WEIGHT_FILES)})"
+            f"{path}: folder holds no weights file (expected "
+            f"{', '.join(HF_WEIGHT_FILES + INDEX_FILES)})"
         )
     config = path.parent / "config.json"
-    if path.name in HF_WEIGHT_FILES and config.is_file():
+    if path.name in HF_WEIGHT_FILES + INDEX_FILES and config.is_file():
         return path, config
     return path, None
 
@@ -175,7 +185,11 @@ def _read_config(config_path: Path | None) -> dict[str, Any] | None:
 
 
 def _container_of(path: Path) -> str:
+    if path.name in INDEX_FILES:
+        return "torch-sharded" if path.name.startswith("pytorch") else "safetensors-sharded"
     suffix = path.suffix.lower()
+    if suffix == ".gguf":
+        return "gguf"
     if suffix == ".safetensors":
         return "safetensors"
     if suffix in _TORCH_SUFFIXES:
@@ -194,20 +208,22 @@ def _container_of(path: Path) -> str:
         if any(n.endswith("data.pkl") for n in names):
             return "torch"
         return "npz"
+    if head[:4] == b"GGUF":
+        return "gguf"
     if head[:1] == b"\x80":  # pickle protocol marker: legacy torch.save
         return "torch"
     if len(head) == 9 and head[8:9] == b"{":  # u64 header length, then the JSON header
         return "safetensors"
     raise CheckpointError(
         f"{path}: not a recognized checkpoint (expected .safetensors, a PyTorch state dict "
-        f".pt/.pth/.bin, .npz, or a Hugging Face folder)"
+        f".pt/.pth/.bin, .npz, .gguf, or a Hugging Face folder)"
     )
 
 
 # --------------------------------------------------------------------------- containers
 
 
-def _open_safetensors(path: Path) -> dict[str, Any]:
+def _open_safetensors(path: Path) -> Opened:
     from safetensors import safe_open
 
     try:
@@ -236,7 +252,7 @@ def _open_safetensors(path: Path) -> dict[str, Any]:
                 f"{path}: tensor '{name}' cannot be read ({_one_line(exc)})"
             ) from None
 
-    return {"shapes": shapes, "dtypes": dtypes, "metadata": metadata, "fetch": fetch}
+    return Opened(shapes=shapes, dtypes=dtypes, metadata=metadata, fetch=fetch)
 
 
 def _safetensors_dtype(raw: str) -> str:
@@ -253,7 +269,7 @@ def _safetensors_dtype(raw: str) -> str:
 _REFUSED = re.compile(r"(Unsupported global: GLOBAL \S+|Unsupported operand \S+)")
 
 
-def _open_torch(path: Path) -> dict[str, Any]:
+def _open_torch(path: Path) -> Opened:
     import pickle
 
     import torch
@@ -292,7 +308,7 @@ def _open_torch(path: Path) -> dict[str, Any]:
     def fetch(name: str) -> np.ndarray:
         return tensors[name].detach().to(torch.float64).numpy()
 
-    return {"shapes": shapes, "dtypes": dtypes, "metadata": metadata, "fetch": fetch}
+    return Opened(shapes=shapes, dtypes=dtypes, metadata=metadata, fetch=fetch)
 
 
 def _flatten_state(obj: Mapping, prefix: str, out: dict, metadata: dict) -> None:
@@ -309,7 +325,7 @@ def _flatten_state(obj: Mapping, prefix: str, out: dict, metadata: dict) -> None
         # Other plain values (epoch counters, strings) carry no weights and are ignored.
 
 
-def _open_npz(path: Path) -> dict[str, Any]:
+def _open_npz(path: Path) -> Opened:
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
@@ -338,42 +354,82 @@ def _open_npz(path: Path) -> dict[str, Any]:
         metadata = {str(k): str(v) for k, v in parsed.items()}
     shapes = {k: tuple(int(s) for s in a.shape) for k, a in arrays.items()}
     dtypes = {k: a.dtype.name for k, a in arrays.items()}
-    return {"shapes": shapes, "dtypes": dtypes, "metadata": metadata, "fetch": arrays.__getitem__}
+    return Opened(shapes=shapes, dtypes=dtypes, metadata=metadata, fetch=arrays.__getitem__)
 
 
-_OPENERS = {"safetensors": _open_safetensors, "torch": _open_torch, "npz": _open_npz}
+_OPENERS: dict[str, Callable[[Path], Opened]] = {
+    "safetensors": _open_safetensors,
+    "torch": _open_torch,
+    "npz": _open_npz,
+    "gguf": open_gguf,
+    "safetensors-sharded": lambda index: open_sharded(index, _open_safetensors),
+    "torch-sharded": lambda index: open_sharded(index, _open_torch),
+}
+
+
+def resolve_source(source: str | os.PathLike) -> Path:
+    """The local path a user-given checkpoint argument names: an existing path as given, else the
+    cached snapshot of that repo id (offline); SourceNotFoundError naming both possibilities."""
+    path = Path(source)
+    if path.exists():
+        return path
+    text = os.fspath(source)
+    folder = resolve_repo_id(text) if isinstance(text, str) else None
+    if folder is not None:
+        return folder
+    if not looks_like_repo_id(text):  # an absolute or dotted path cannot be a repo id
+        raise SourceNotFoundError(f"{text}: no such file or folder")
+    raise SourceNotFoundError(
+        f"{text}: no such file or folder, and no repo '{text}' in the local Hugging Face cache "
+        f"{hub_cache_dir()} (offline: nothing is downloaded)"
+    )
 
 
 # --------------------------------------------------------------------------- public API
 
 
-def open_checkpoint(path: str | Path) -> Checkpoint:
-    """Open a checkpoint file or Hugging Face folder; read its header, not its values.
+def open_checkpoint(path: CheckpointSource) -> Checkpoint:
+    """Open a checkpoint (file, folder, cached repo id, or weights in memory); read its header,
+    not its values.
 
     Raises CheckpointError (missing, empty, truncated, corrupt, or an unsafe pickle).
     """
+    if is_in_memory(path):
+        label = Path(describe(path))
+        opened = open_state_dict(path)
+        return Checkpoint(
+            path=label, source=label, container="state-dict", shapes=opened.shapes,
+            dtypes=opened.dtypes, metadata=opened.metadata, config=opened.config,
+            config_path=None, _fetch=opened.fetch, _digest=opened.digest,
+        )
     source = Path(path)
-    weights, config_path = _locate(source)
+    weights, config_path = _locate(resolve_source(path))
     if not weights.is_file():
         raise CheckpointError(f"{weights}: not a regular file")
     if weights.stat().st_size == 0:
         raise CheckpointError(f"{weights}: file is empty")
     container = _container_of(weights)
     opened = _OPENERS[container](weights)
+    if opened.config is not None and config_path is None:  # GGUF: the config is in the file
+        config, config_path = opened.config, weights
+    else:
+        config = _read_config(config_path)
     return Checkpoint(
         path=weights,
         source=source,
         container=container,
-        shapes=opened["shapes"],
-        dtypes=opened["dtypes"],
-        metadata=opened["metadata"],
-        config=_read_config(config_path),
+        shapes=opened.shapes,
+        dtypes=opened.dtypes,
+        metadata=opened.metadata,
+        config=config,
         config_path=config_path,
-        _fetch=opened["fetch"],
+        _fetch=opened.fetch,
+        quantization=opened.quantization,
+        _digest=opened.digest,
     )
 
 
-def read_tensors(path: str | Path, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
+def read_tensors(path: CheckpointSource, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     """Exact float64 copies of the named tensors (default: every floating tensor) of a checkpoint.
 
     Each returned array equals the stored tensor entry by entry (see the module contract) and is
@@ -385,20 +441,21 @@ def read_tensors(path: str | Path, names: Iterable[str] | None = None) -> dict[s
     return {name: ckpt.tensor(name) for name in names}
 
 
-def read_metadata(path: str | Path) -> dict[str, str]:
+def read_metadata(path: CheckpointSource) -> dict[str, str]:
     """The checkpoint's string metadata (safetensors header, or ``__metadata__``; may be empty)."""
     return dict(open_checkpoint(path).metadata)
 
 
 def load_weights(
-    path: str | Path | None = None,
+    path: CheckpointSource | None = None,
     *,
     num_heads: int | None = None,
     activation: str | None = None,
 ) -> AnalysisWeights:
     """All covered matrices of a checkpoint, in canonical order (``matrices.ordered``).
 
-    ``path=None`` loads the embedded default model.  The layout is detected from tensor names and
+    ``path`` is anything :func:`open_checkpoint` accepts (a path, a cached repo id, a state dict, a
+    ``torch.nn.Module`` or ``transformers`` model); ``path=None`` loads the embedded default model.  The layout is detected from tensor names and
     metadata (see :mod:`specbound.adapters`).  ``num_heads`` is needed for a BERT state dict
     without ``config.json``; when both are present they must agree.  ``activation`` overrides
     nothing: it fills in only what the checkpoint does not say, and must agree where it does.

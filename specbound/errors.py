@@ -24,3 +24,12 @@ class NonFiniteError(SpecboundError):
 
 class CertificationError(SpecboundError):
     """A rigorous step could not be completed (e.g. an enclosure could not be certified)."""
+
+
+class SourceNotFoundError(CheckpointError):
+    """A checkpoint argument is neither an existing path nor a repo id in the local model cache."""
+
+
+def one_line(text: object) -> str:
+    """Collapse a library message to one line (the user-facing contract is one line per error)."""
+    return " ".join(str(text).split())

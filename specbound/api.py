@@ -1,0 +1,200 @@
+"""The Python API: ``certify``, ``spectra``, ``proxies`` and ``load_weights`` on any model source.
+
+A *model source* is anything :func:`specbound.checkpoint.open_checkpoint` accepts: a path (file,
+Hugging Face folder, sharded folder, ``.gguf``), a repo id already in the local Hugging Face cache
+(resolved offline), a state dict ``Mapping[str, torch.Tensor | numpy.ndarray]``, a
+``torch.nn.Module`` or a ``transformers`` model.  Each function computes exactly what the command
+of the same name computes (they share :mod:`specbound.pipeline`, :mod:`specbound.numeric.spectra`
+and :mod:`specbound.numeric.proxies`) and returns a result with ``to_dict()`` (plain JSON-ready
+values) and ``to_dataframe()`` (one row per matrix; needs the optional ``pandas``, extra
+``specbound[pandas]``).  Bad input raises a :class:`~specbound.errors.SpecboundError` whose
+message is one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .checkpoint import CheckpointSource
+from .checkpoint import load_weights as _load_weights
+from .errors import SpecboundError
+from .formats.state_dict import InMemorySource, describe, is_in_memory
+
+# The numeric layers (torch) and the pipeline are imported inside the functions that need them, so
+# that ``specbound.load_weights`` on a file never imports torch.
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
+
+    from .matrices import AnalysisWeights
+
+
+def _dataframe(rows: list[dict]) -> pandas.DataFrame:
+    """``pandas.DataFrame(rows)``; a one-line SpecboundError when pandas is not installed."""
+    try:
+        import pandas
+    except ImportError:
+        raise SpecboundError(
+            "to_dataframe() needs pandas: pip install 'specbound[pandas]'"
+        ) from None
+    return pandas.DataFrame(rows)
+
+
+def _label(model: CheckpointSource | None) -> str:
+    if model is None:
+        return "<embedded default>"
+    return describe(model) if is_in_memory(model) else str(model)
+
+
+def _source(model: CheckpointSource | None) -> CheckpointSource | None:
+    """What is handed to the pipeline: in-memory weights wrapped so they print as their label."""
+    if model is not None and is_in_memory(model) and not isinstance(model, InMemorySource):
+        return InMemorySource(model)
+    return model
+
+
+def load_weights(
+    model: CheckpointSource | None = None,
+    *,
+    num_heads: int | None = None,
+    activation: str | None = None,
+) -> AnalysisWeights:
+    """The covered matrices of ``model`` (None: the embedded default); see
+    :func:`specbound.checkpoint.load_weights`."""
+    return _load_weights(_source(model), num_heads=num_heads, activation=activation)
+
+
+@dataclass(frozen=True)
+class SpectraResult:
+    """Singular values and norm summary of every covered matrix (float path; not certified)."""
+
+    checkpoint: str
+    dtype: str
+    weights: Any = field(repr=False)  #: AnalysisWeights
+    spectra: Any = field(repr=False)  #: specbound.numeric.spectra.Spectra
+    summaries: tuple = field(repr=False)  #: NormSummary per matrix
+
+    def to_dict(self, values: bool = False) -> dict:
+        """The ``specbound spectra --json`` document (``values``: every singular value too)."""
+        rows = []
+        for j, s in enumerate(self.summaries):
+            row = s.as_dict()
+            if values:
+                row["singular_values"] = self.spectra.sigma(j).tolist()
+            rows.append(row)
+        w = self.weights
+        return {"checkpoint": self.checkpoint, "dtype": self.dtype, "num_layers": w.num_layers,
+                "num_heads": w.num_heads, "width": w.width, "matrices": rows}
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """One row per matrix: the norm summary columns."""
+        return _dataframe([s.as_dict() for s in self.summaries])
+
+
+def spectra(
+    model: CheckpointSource | None = None,
+    *,
+    num_heads: int | None = None,
+    device: str = "cpu",
+    dtype: str = "float64",
+) -> SpectraResult:
+    """Singular values of every covered matrix of ``model``, as ``specbound spectra`` computes."""
+    import torch
+
+    from .numeric.spectra import compute_spectra, norm_summaries, resolve_device
+
+    if dtype not in ("float64", "float32"):
+        raise SpecboundError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+    try:
+        dev = resolve_device(device)
+    except ValueError as exc:
+        raise SpecboundError(str(exc)) from None
+    weights = load_weights(model, num_heads=num_heads)
+    values = compute_spectra(weights, dtype=getattr(torch, dtype), device=dev)
+    return SpectraResult(_label(model), dtype, weights, values, tuple(norm_summaries(values)))
+
+
+@dataclass(frozen=True)
+class ProxiesResult:
+    """The paper's two proxies with their per-matrix parts (proxies, not bounds)."""
+
+    checkpoint: str
+    result: Any = field(repr=False)  #: specbound.numeric.proxies.ProxyResult
+
+    @property
+    def ours(self) -> float:
+        return self.result.ours
+
+    @property
+    def edelman(self) -> float:
+        return self.result.edelman
+
+    def to_dict(self) -> dict:
+        """The ``specbound proxies --json`` document plus the checkpoint label."""
+        return {"checkpoint": self.checkpoint, **self.result.as_dict()}
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """One row per matrix: the per-matrix proxy records."""
+        return _dataframe([r.as_dict() for r in self.result.matrices])
+
+
+def proxies(
+    model: CheckpointSource | None = None,
+    *,
+    num_heads: int | None = None,
+    device: str = "cpu",
+) -> ProxiesResult:
+    """Both paper proxies of ``model``, as ``specbound proxies`` computes them."""
+    from .numeric.proxies import paper_proxies
+    from .numeric.spectra import compute_spectra, resolve_device
+
+    try:
+        dev = resolve_device(device)
+    except ValueError as exc:
+        raise SpecboundError(str(exc)) from None
+    weights = load_weights(model, num_heads=num_heads)
+    values = compute_spectra(weights, device=dev)
+    try:
+        result = paper_proxies(weights, spectra=values)
+    except ValueError as exc:
+        raise SpecboundError(f"{_label(model)}: {exc}") from None
+    return ProxiesResult(_label(model), result)
+
+
+@dataclass(frozen=True)
+class CertifyResult:
+    """A certified bound; ``to_dict()`` is the certificate ``specbound certify --json`` prints."""
+
+    checkpoint: str
+    result: Any = field(repr=False)  #: specbound.pipeline.CertifyResult
+
+    @property
+    def bound(self) -> Any:
+        """The certified bound record (Arb balls; ``.bound`` is None without an empirical term)."""
+        return self.result.bound
+
+    def to_dict(self) -> dict:
+        from .certified.certificate import to_json
+
+        return to_json(self.result)
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """One row per matrix: the certificate's per-matrix records."""
+        return _dataframe(list(self.to_dict().get("matrices", [])))
+
+
+def certify(model: CheckpointSource | None = None, data: Any = None, **options: Any) -> CertifyResult:
+    """Certify the bound of ``model`` (None: the embedded default) like ``specbound certify``.
+
+    ``data`` and every keyword (``n``, ``delta``, ``margin``, ``empirical``, ``samples``, ``seed``,
+    ``num_heads``, ``readout``, ``settings``...) are those of :func:`specbound.pipeline.certify`.
+    """
+    from .pipeline import certify as run_certify
+
+    return CertifyResult(_label(model), run_certify(_source(model), data=data, **options))
+
+
+__all__ = [
+    "CertifyResult", "ProxiesResult", "SpectraResult",
+    "certify", "load_weights", "proxies", "spectra",
+]

@@ -1,0 +1,90 @@
+"""The Python API: same numbers as the commands, on files and on weights in memory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import specbound
+from specbound.errors import SpecboundError
+from .test_adapters import H, bert_tensors
+from .test_formats_state_dict import file_version
+
+
+def test_import_is_light():
+    code = ("import sys, specbound; assert specbound.__version__; "
+            "print(sorted(m for m in ('torch', 'numpy', 'specbound.api') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_exports_and_py_typed():
+    for name in ("certify", "spectra", "proxies", "load_weights", "SpecboundError"):
+        assert name in specbound.__all__ and callable(getattr(specbound, name))
+    from importlib.resources import files
+
+    assert files("specbound").joinpath("py.typed").is_file()
+    with pytest.raises(AttributeError):
+        specbound.no_such_thing  # noqa: B018
+
+
+def test_spectra_matches_the_command(tmp_path):
+    folder = file_version(tmp_path, bert_tensors(21))
+    out = subprocess.run([sys.executable, "-m", "specbound", "spectra", str(folder), "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert specbound.spectra(folder).to_dict() == json.loads(out.stdout)
+
+
+def test_in_memory_equals_file(tmp_path):
+    tensors = bert_tensors(22)
+    folder = file_version(tmp_path, tensors)
+    state = {k: torch.from_numpy(v) for k, v in tensors.items()}
+    a, b = specbound.spectra(state, num_heads=H), specbound.spectra(folder)
+    assert a.checkpoint == "<in-memory state dict>"
+    assert a.to_dict()["matrices"] == b.to_dict()["matrices"]
+    pa, pb = specbound.proxies(state, num_heads=H), specbound.proxies(folder)
+    assert (pa.ours, pa.edelman) == (pb.ours, pb.edelman)
+    assert pa.to_dict()["matrices"] == pb.to_dict()["matrices"]
+    ca, cb = specbound.certify(state, n=1000, num_heads=H), specbound.certify(folder, n=1000)
+    da, db = ca.to_dict(), cb.to_dict()
+    assert da["checkpoint"]["path"] == "<in-memory state dict>"
+    assert da["matrices"] == db["matrices"] and da["result"] == db["result"]
+    w = specbound.load_weights(state, num_heads=H)
+    np.testing.assert_array_equal(w.matrices[0].left, specbound.load_weights(folder).matrices[0].left)
+
+
+def test_dataframes(tmp_path):
+    pytest.importorskip("pandas")
+    folder = file_version(tmp_path, bert_tensors(23))
+    s = specbound.spectra(folder)
+    df = s.to_dataframe()
+    assert len(df) == len(s.summaries) and "spectral" in df.columns
+    assert list(df["spectral"]) == [r["spectral"] for r in s.to_dict()["matrices"]]
+    p = specbound.proxies(folder).to_dataframe()
+    assert "contribution" in p.columns
+    c = specbound.certify(folder, n=1000).to_dataframe()
+    assert "spectral_norm" in c.columns and len(c) == len(s.summaries)
+
+
+def test_dataframe_without_pandas_is_one_line(tmp_path, monkeypatch):
+    folder = file_version(tmp_path, bert_tensors(24))
+    result = specbound.spectra(folder)
+    monkeypatch.setitem(sys.modules, "pandas", None)
+    with pytest.raises(SpecboundError) as ei:
+        result.to_dataframe()
+    assert "specbound[pandas]" in str(ei.value) and "\n" not in str(ei.value)
+
+
+def test_bad_input_is_one_line():
+    with pytest.raises(SpecboundError) as ei:
+        specbound.spectra({"w": torch.empty(2, device="meta")})
+    assert "meta device" in str(ei.value)
+    with pytest.raises(SpecboundError):
+        specbound.spectra(None, dtype="float16")
