@@ -26,7 +26,7 @@ import numpy
 import sympy
 from flint import arb
 
-import specbound
+from specbound.version import __version__
 
 from specbound.certified.arb import WORK_PREC, ball_from_str, ball_to_str, precision
 from specbound.certified.radii import MatrixRounding, dominates, exact_value
@@ -65,7 +65,7 @@ def decimal_up(x: arb, digits: int = 12) -> str:
 
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version(), "numpy": numpy.__version__, "sympy": sympy.__version__,
-           "specbound": specbound.__version__}
+           "specbound": __version__}
     for dist in ("python-flint", "torch"):
         try:
             out[dist] = md.version(dist)

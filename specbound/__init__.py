@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from .version import __version__
 
 _API = frozenset(
     {"certify", "spectra", "proxies", "load_weights", "CertifyResult", "SpectraResult",

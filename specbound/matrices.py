@@ -25,6 +25,7 @@ from functools import cached_property
 
 import numpy as np
 
+from specbound.scope import ModelScope
 from specbound.vocabulary import ACTIVATIONS, MATRIX_KINDS  # noqa: F401  (re-exported for adapters)
 
 
@@ -96,6 +97,8 @@ class AnalysisWeights:
     sha256: str = ""
     layout: str = ""
     extra: dict = field(default_factory=dict)
+    scope: ModelScope | None = None
+    """The adapter's account of what was kept, replaced and dropped (:mod:`specbound.scope`)."""
 
     def of_layer(self, layer: int) -> tuple[NamedMatrix, ...]:
         return tuple(m for m in self.matrices if m.layer == layer)

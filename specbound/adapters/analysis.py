@@ -25,6 +25,7 @@ import re
 import numpy as np
 
 from ..errors import LayoutError
+from ..scope import ModelScope
 from ..matrices import AnalysisWeights, NamedMatrix, ordered
 from . import _checks
 
@@ -121,4 +122,10 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) 
         sha256=ckpt.sha256(),
         layout=LAYOUT,
         extra=extra,
+        scope=ModelScope(
+            family="specbound analysis model",
+            kept=("every weight of the network",),
+            activation_source=f"checkpoint metadata -> {act}",
+            readout="the checkpoint's read-out vector w on the CLS token (position 0)",
+        ),
     )

@@ -23,6 +23,7 @@ import re
 import numpy as np
 
 from ..errors import LayoutError
+from ..scope import ModelScope
 from ..matrices import AnalysisWeights, NamedMatrix, ordered
 from . import _checks
 
@@ -148,6 +149,16 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) 
         sha256=ckpt.sha256(),
         layout=LAYOUT,
         extra=extra,
+        scope=ModelScope(
+            family="BERT-style encoder",
+            kept=("per-head query-key products W_Q W_K^T", "per-head value-output products W_V W_O",
+                  "feed-forward input and output matrices"),
+            replaced=("LayerNorm -> identity",),
+            dropped=("biases", "residual connections", "embeddings' LayerNorm", "pooler and task head"),
+            activation_source=("assumed gelu (no hidden_act in config)" if assumed
+                               else f"config.json hidden_act -> {act}"),
+            readout="none in the checkpoint: a read-out vector w on the CLS token (position 0) is covered",
+        ),
     )
 
 
