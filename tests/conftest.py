@@ -33,6 +33,26 @@ settings.register_profile(
 settings.load_profile(PROFILE if PROFILE in ("ci", "thorough") else "ci")
 
 
+def _freeze_hypothesis_constant_pool() -> None:
+    """Make derandomised generation independent of which modules happen to be imported.
+
+    Hypothesis seeds its generator with literals collected from every local module in
+    ``sys.modules``; so the examples a derandomised test draws depend on which other test files
+    were collected before it (a mutation search passed alone and failed in the full run).  With the
+    pool frozen empty, a test draws the same examples whatever else runs.
+    """
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # pragma: no cover - a future Hypothesis without this internal module
+        return
+    if hasattr(providers, "_get_local_constants") and hasattr(providers, "_local_constants"):
+        providers._get_local_constants = lambda: providers._local_constants
+
+
+if PROFILE == "ci":
+    _freeze_hypothesis_constant_pool()
+
+
 def pytest_configure(config):
     # The thorough profile also runs what is marked slow.
     if PROFILE == "thorough" and config.getoption("markexpr") == "not slow":
