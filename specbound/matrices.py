@@ -26,7 +26,7 @@ from functools import cached_property
 import numpy as np
 
 from specbound.scope import ModelScope
-from specbound.vocabulary import ACTIVATIONS, MATRIX_KINDS  # noqa: F401  (re-exported for adapters)
+from specbound.vocabulary import ACTIVATIONS, ALL_MATRIX_KINDS, LS_MATRIX_KINDS, MATRIX_KINDS  # noqa: F401  (re-exported for adapters)
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,6 +99,11 @@ class AnalysisWeights:
     extra: dict = field(default_factory=dict)
     scope: ModelScope | None = None
     """The adapter's account of what was kept, replaced and dropped (:mod:`specbound.scope`)."""
+    variant: str = "plain"
+    """The analysis model these matrices belong to (one of vocabulary.MODEL_VARIANTS); "ls" and
+    "ls_residual" use vocabulary.LS_MATRIX_KINDS, the others vocabulary.MATRIX_KINDS."""
+    num_kv_heads: int = 0
+    """Key/value groups of grouped-query attention (LS variants); 0 means one per head."""
 
     def of_layer(self, layer: int) -> tuple[NamedMatrix, ...]:
         return tuple(m for m in self.matrices if m.layer == layer)
@@ -119,5 +124,6 @@ class AnalysisWeights:
 
 def ordered(matrices: list[NamedMatrix]) -> tuple[NamedMatrix, ...]:
     """Sort into the canonical telescoping order (layer, kind, head)."""
-    rank = {k: i for i, k in enumerate(MATRIX_KINDS)}
+    is_ls = any(m.kind in LS_MATRIX_KINDS and m.kind not in MATRIX_KINDS for m in matrices)
+    rank = {k: i for i, k in enumerate(LS_MATRIX_KINDS if is_ls else MATRIX_KINDS)}
     return tuple(sorted(matrices, key=lambda m: (m.layer, rank[m.kind], m.head)))

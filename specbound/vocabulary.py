@@ -9,6 +9,16 @@ from __future__ import annotations
 MATRIX_KINDS: tuple[str, ...] = ("QK", "V_tilde", "M_in", "M_out")
 """Kinds of covered matrix, in the canonical order within a layer (proofs_notes/theory.md section 1)."""
 
+LS_MATRIX_KINDS: tuple[str, ...] = ("Q", "K", "V_tilde", "G", "U", "D")
+"""Kinds of covered matrix of the Llama-style (LS) analysis model, in canonical order within a layer
+(proofs_notes/theory.md section 11): per query head h ``Q`` = W_Q^(h) (N x d_h, score scale folded
+in), per key/value group g ``K`` = W_K^(g) (N x d_h; ``head`` is the group index), per query head
+``V_tilde`` = W_V^(g(h)) W_O^(h) (N x N, factored), and per layer the gated feed-forward ``G`` (gate,
+N x d_ff), ``U`` (up, N x d_ff) and ``D`` (down, d_ff x N)."""
+
+ALL_MATRIX_KINDS: tuple[str, ...] = MATRIX_KINDS + tuple(k for k in LS_MATRIX_KINDS if k not in MATRIX_KINDS)
+"""Every matrix kind any analysis model covers (the union, plain kinds first)."""
+
 ACTIVATIONS: tuple[str, ...] = ("gelu", "gelu_tanh", "relu", "silu")
 """Feed-forward activations whose Lipschitz constants are derived (proofs_notes/gelu_constants.md,
 proofs_notes/silu_constants.md)."""
