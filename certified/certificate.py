@@ -32,6 +32,7 @@ from specbound.certified.arb import WORK_PREC, ball_from_str, ball_to_str, preci
 from specbound.certified.radii import MatrixRounding, dominates, exact_value
 from specbound.errors import SpecboundError
 from specbound.plan import BoundPlan, BoundSettings
+from specbound.scope import NOT_PROVEN, VACUOUS, is_vacuous, scope_lines
 from specbound.vocabulary import EMPIRICAL_USER
 
 FORMAT = "specbound-certificate-v1"
@@ -104,6 +105,18 @@ def _matrix_json(rec, method: str) -> dict:
     }
 
 
+def label(is_bound: bool, proven: bool, vacuous: bool | None) -> str:
+    """The one-word verdict printed next to the number: a bound, vacuous, not a bound, not proven."""
+    words = []
+    if not proven:
+        words.append(NOT_PROVEN)
+    if not is_bound:
+        words.append("NOT A BOUND (no empirical term)")
+    elif vacuous:
+        words.append(f"{VACUOUS} (>= 1)")
+    return "; ".join(words) or "certified bound"
+
+
 def to_json(result) -> dict:
     """The certificate of a :class:`specbound.pipeline.CertifyResult` as a JSON-able dict."""
     b = result.bound
@@ -116,8 +129,14 @@ def to_json(result) -> dict:
     if src.kind == EMPIRICAL_USER:
         emp["note"] = "user-supplied empirical loss: NOT certified"
     is_bound = b.bound is not None
+    scope = dict(getattr(result, "scope", {}) or {})
+    proven = bool(scope.get("proven", True))
+    vacuous = None if not is_bound else bool(is_vacuous(exact_value(b.bound.upper())))
     final = {
         "is_bound": is_bound,
+        "proven": proven,
+        "vacuous": vacuous,
+        "label": label(is_bound, proven, vacuous),
         "bound": ball(b.bound) if is_bound else None,
         "bound_upper": decimal_up(b.bound) if is_bound else None,
         "empirical": ball(b.empirical) if b.empirical is not None else None,
@@ -128,6 +147,7 @@ def to_json(result) -> dict:
     return {
         "format": FORMAT,
         "checkpoint": dict(result.checkpoint),
+        "scope": scope,
         "architecture": {"num_layers": w.num_layers, "num_heads": w.num_heads, "width": w.width,
                          "head_dim": w.head_dim, "ff_dim": w.ff_dim, "activation": w.activation,
                          "num_matrices": len(w.matrices)},
@@ -158,6 +178,13 @@ class VerificationReport:
     mismatches: list[tuple[str, str, str]] = field(default_factory=list)
     checked: int = 0
     notes: list[str] = field(default_factory=list)
+    scope: dict = field(default_factory=dict)  #: the scope block recomputed from the checkpoint
+
+    def compare(self, path: str, recorded, recomputed) -> None:
+        """Count one check of a field that must equal its recomputed value."""
+        self.checked += 1
+        if recorded != recomputed:
+            self.add(path, recorded, recomputed)
 
     @property
     def valid(self) -> bool:
@@ -167,30 +194,59 @@ class VerificationReport:
         self.mismatches.append((path, str(recorded), str(recomputed)))
 
     def lines(self) -> list[str]:
+        scope = scope_lines(self.scope) if self.scope else []
+        notes = [f"note: {n}" for n in self.notes]
         if self.valid:
-            return [f"VALID ({self.checked} checks)"] + [f"note: {n}" for n in self.notes]
-        return ["INVALID"] + [f"{p}: recorded {a}, recomputed {b}" for p, a, b in self.mismatches] + \
-            [f"note: {n}" for n in self.notes]
+            return [f"VALID ({self.checked} checks)"] + scope + notes
+        return ["INVALID"] + [f"{p}: recorded {a}, recomputed {b}" for p, a, b in self.mismatches] + scope + notes
+
+
+MAX_CERTIFICATE_BYTES = 64 * 2**20
+"""A certificate file larger than this is refused before it is parsed (a real one is a few MB)."""
+
+
+def _no_constant(name: str):
+    raise ValueError(f"the non-finite number {name} is not allowed")
 
 
 def read(source) -> dict:
-    """A certificate dict from a dict, a JSON string or a file path."""
+    """A certificate dict from a dict, a file path or a JSON string.
+
+    A string that names an existing file is always read as a file (so a file called ``{x}.json`` is
+    a path); otherwise a string starting with ``{`` is parsed as JSON.  Malformed input of any kind
+    (not UTF-8, not JSON, NaN/Infinity, nesting too deep, an integer too long, too large) raises
+    :class:`CertificateError` with one line.
+    """
     if isinstance(source, dict):
         cert = source
     else:
         text = str(source)
-        if not text.lstrip().startswith("{"):
-            p = Path(text)
-            if not p.is_file():
-                raise CertificateError(f"{p}: certificate file not found")
+        p = Path(text)
+        try:
+            is_file = p.is_file()
+        except (OSError, ValueError):
+            is_file = False
+        if is_file:
             try:
-                text = p.read_text(encoding="utf-8")
+                if p.stat().st_size > MAX_CERTIFICATE_BYTES:
+                    raise CertificateError(f"{p}: larger than {MAX_CERTIFICATE_BYTES} bytes: not a certificate")
+                raw = p.read_bytes()
             except OSError as exc:
                 raise CertificateError(f"{p}: cannot read ({exc.strerror})") from None
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise CertificateError(f"{p}: not a UTF-8 text file: not a certificate") from None
+        elif not text.lstrip().startswith("{"):
+            raise CertificateError(f"{p}: certificate file not found")
         try:
-            cert = json.loads(text)
-        except ValueError as exc:
+            cert = json.loads(text, parse_constant=_no_constant)
+        except json.JSONDecodeError as exc:
             raise CertificateError(f"certificate is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        except ValueError as exc:  # NaN/Infinity, an integer over Python's digit limit
+            raise CertificateError(f"certificate is malformed ({exc})") from None
+        except RecursionError:
+            raise CertificateError("certificate is malformed (nested too deeply)") from None
     if not isinstance(cert, dict) or cert.get("format") != FORMAT:
         raise CertificateError(f"not a specbound certificate (format must be {FORMAT!r})")
     for key in ("checkpoint", "settings", "plan", "matrices", "balls", "result", "empirical_source"):
@@ -207,12 +263,183 @@ def parse_ball(text) -> arb | None:
         return None
 
 
+MAX_RADIUS_RATIO = 4
+"""A recorded ball may be at most this many times wider than the recomputed one ..."""
+MAX_RELATIVE_RADIUS = Fraction(1, 10**6)
+"""... or, whichever is larger, this fraction of the recomputed value (routes differ in width)."""
+
+
 def check_ball(rep: VerificationReport, path: str, recorded, fresh: arb) -> None:
-    """Count one check; a mismatch unless the recorded ball parses and overlaps ``fresh``."""
+    """Count one check; a mismatch unless the recorded ball is finite, intersects the recomputed
+    ball ``fresh`` (which contains the true value) and is not much wider than it.
+
+    Overlap alone is not enough: NaN and ``[0 +/- inf]`` overlap everything and a wide ball overlaps
+    the true one while claiming nothing.  A recorded ball that intersects ``fresh`` and is at most
+    max(:data:`MAX_RADIUS_RATIO` rad(fresh), :data:`MAX_RELATIVE_RADIUS` |fresh|) wide says the same
+    number to the precision both routes reach; the numbers a user reads (``*_upper``) are checked
+    separately by :func:`decimal_matches` against the recomputed upper endpoint.
+    """
     rep.checked += 1
     rec = parse_ball(recorded)
-    if rec is None or not rec.overlaps(fresh):
+    ok = rec is not None and rec.is_finite() and fresh.is_finite() and rec.overlaps(fresh)
+    if ok:
+        rad_rec = exact_value(arb(rec.rad()).upper())
+        rad_fresh = exact_value(arb(fresh.rad()).upper())
+        scale = exact_value(abs(arb(fresh.mid())).upper())
+        ok = rad_rec <= max(MAX_RADIUS_RATIO * rad_fresh, MAX_RELATIVE_RADIUS * scale, Fraction(1, 10**40))
+    if not ok:
         rep.add(path, recorded, ball(fresh))
+
+
+MAX_EXPONENT = 4096
+"""Largest |k| accepted for a grid exponent (k_c, k_s, k_w, k_rho): beta^4096 is far beyond any norm."""
+MAX_N = 10**15
+"""Largest sample size accepted."""
+MAX_GRID_M = 10**4
+"""Largest grid size m accepted (the theorem's m = ceil(L + ln N) is a few dozen)."""
+MAX_RANK = 10**7
+"""Largest rank / r_max accepted (no covered matrix has a side longer than this)."""
+MAX_DIGITS = 60
+"""Longest numerator or denominator (decimal digits) of a recorded fraction."""
+MAX_TASK_SEQ = 4096
+"""Longest sequence of a recorded task accepted (fresh samples are re-drawn in memory)."""
+MAX_TASK_SAMPLES = 10**8
+"""Most fresh task samples a certificate may ask verify to re-draw."""
+
+
+def _where(path: str, what: str) -> CertificateError:
+    return CertificateError(f"certificate field {path}: {what}")
+
+
+def _int_in(value, path: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _where(path, f"expected an integer, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise _where(path, f"{value} outside [{lo}, {hi}]")
+    return value
+
+
+def _float_in(value, path: str, lo: float, hi: float, *, open_lo: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _where(path, f"expected a number, got {type(value).__name__}")
+    v = float(value)
+    if not (v == v and lo <= v <= hi) or (open_lo and v == lo):
+        raise _where(path, f"{value!r} outside {'(' if open_lo else '['}{lo}, {hi}]")
+    return v
+
+
+def _frac_in(text, path: str, lo: Fraction, hi: Fraction, *, open_lo: bool = False) -> Fraction:
+    if not isinstance(text, (str, int)) or isinstance(text, bool) or len(str(text)) > 2 * MAX_DIGITS + 1:
+        raise _where(path, "expected a short fraction string like '5/4'")
+    try:
+        f = Fraction(str(text))
+    except (ValueError, ZeroDivisionError):
+        raise _where(path, f"not a fraction: {text!r}") from None
+    if not (lo <= f <= hi) or (open_lo and f == lo):
+        raise _where(path, f"{text} outside {'(' if open_lo else '['}{lo}, {hi}]")
+    return f
+
+
+def _dict(cert: dict, key: str, path: str = "") -> dict:
+    value = cert.get(key)
+    if not isinstance(value, dict):
+        raise _where(path + key, "expected an object")
+    return value
+
+
+def _list(obj: dict, key: str, path: str) -> list:
+    value = obj.get(key)
+    if not isinstance(value, list):
+        raise _where(path + key, "expected a list")
+    return value
+
+
+def check_ranges(cert: dict) -> None:
+    """Refuse a certificate any of whose numeric fields lies outside a sanity range, *before* any
+    arithmetic: exponents (|k| <= MAX_EXPONENT), sizes (n <= MAX_N, m <= MAX_GRID_M, ranks), the
+    Schatten indices p in [0, 2], confidence delta in (0, 1), loss scales and Dudley weights
+    positive finite, alpha_D in (0, 1/4], a user's empirical loss in [0, 1], a recorded task's size.
+    Raises :class:`CertificateError` naming the first offending field.  (A value inside the ranges
+    can still be wrong: :func:`specbound.verification.verify` recomputes it.)
+    """
+    big = Fraction(10) ** MAX_DIGITS
+    st = _dict(cert, "settings")
+    _int_in(st.get("n"), "settings.n", 1, MAX_N)
+    _float_in(st.get("delta_float"), "settings.delta_float", 0.0, 1.0, open_lo=True)
+    _frac_in(st.get("delta"), "settings.delta", Fraction(0), Fraction(1), open_lo=True)
+    if st.get("margin") is not None:
+        _float_in(st["margin"], "settings.margin", 0.0, 1e300, open_lo=True)
+    if st.get("empirical") is not None:
+        _float_in(st["empirical"], "settings.empirical", 0.0, 1.0)
+    _int_in(st.get("grid_m"), "settings.grid_m", 1, MAX_GRID_M)
+    bases = _dict(st, "bases", "settings.")
+    for key in ("beta_c", "beta_s", "beta_w", "beta_rho"):
+        _frac_in(bases.get(key), f"settings.bases.{key}", Fraction(1), big, open_lo=True)
+    overrides = _list(st, "overrides", "settings.")
+    for i, o in enumerate(overrides):
+        if not (isinstance(o, list) and len(o) == 2 and isinstance(o[0], str)):
+            raise _where(f"settings.overrides[{i}]", "expected [name, value]")
+        if isinstance(o[1], str):
+            _frac_in(o[1], f"settings.overrides[{i}]", Fraction(0), big, open_lo=True)
+        else:
+            _float_in(o[1], f"settings.overrides[{i}]", 0.0, 1e300, open_lo=True)
+    plan = _dict(cert, "plan")
+    m = _int_in(plan.get("m"), "plan.m", 1, MAX_GRID_M)
+    for i, v in enumerate(_list(plan, "p_index", "plan.")):
+        _int_in(v, f"plan.p_index[{i}]", 0, 2 * m)
+    _int_in(plan.get("k_rho"), "plan.k_rho", -MAX_EXPONENT, MAX_EXPONENT)
+    for key in ("u", "vartheta"):
+        for i, v in enumerate(_list(plan, key, "plan.")):
+            _float_in(v, f"plan.{key}[{i}]", 0.0, 1e300, open_lo=True)
+    for key in ("u_w", "vartheta_w"):  # 0 for a fixed read-out (then unused)
+        _float_in(plan.get(key), f"plan.{key}", 0.0, 1e300)
+    _float_in(plan.get("alpha_D"), "plan.alpha_D", 0.0, 0.25, open_lo=True)
+    choices = cert.get("choices") or {}
+    if not isinstance(choices, dict):
+        raise _where("choices", "expected an object")
+    if choices.get("k_w") is not None:
+        _int_in(choices["k_w"], "choices.k_w", -MAX_EXPONENT, MAX_EXPONENT)
+    for j, rec in enumerate(_list(cert, "matrices", "")):
+        where = f"matrices[{j}]"
+        if not isinstance(rec, dict):
+            raise _where(where, "expected an object")
+        _int_in(rec.get("k_c"), f"{where}.k_c", -MAX_EXPONENT, MAX_EXPONENT)
+        if rec.get("k_s") is not None:
+            _int_in(rec["k_s"], f"{where}.k_s", -MAX_EXPONENT, MAX_EXPONENT)
+        _int_in(rec.get("proven_rank"), f"{where}.proven_rank", 0, MAX_RANK)
+        _int_in(rec.get("r_max"), f"{where}.r_max", 0, MAX_RANK)
+        _frac_in(rec.get("p"), f"{where}.p", Fraction(0), Fraction(2))
+        shape = rec.get("shape")
+        if not (isinstance(shape, list) and len(shape) == 2):
+            raise _where(f"{where}.shape", "expected [rows, columns]")
+        for i, v in enumerate(shape):
+            _int_in(v, f"{where}.shape[{i}]", 0, MAX_RANK)
+    if not isinstance(cert.get("balls"), dict):
+        raise _where("balls", "expected an object")
+    for key in ("checkpoint", "result"):
+        _dict(cert, key)
+    emp = _dict(cert, "empirical_source")
+    detail = emp.get("detail") if emp.get("detail") is not None else {}
+    if not isinstance(detail, dict):
+        raise _where("empirical_source.detail", "expected an object")
+    if "value" in detail:
+        _float_in(detail["value"], "empirical_source.detail.value", 0.0, 1.0)
+    if "n" in detail:
+        _int_in(detail["n"], "empirical_source.detail.n", 1, MAX_TASK_SAMPLES)
+    if "seed" in detail:
+        _int_in(detail["seed"], "empirical_source.detail.seed", 0, 2**63)
+    task = detail.get("task")
+    if task is not None:
+        if not isinstance(task, dict):
+            raise _where("empirical_source.detail.task", "expected an object")
+        _int_in(task.get("seq_len"), "empirical_source.detail.task.seq_len", 1, MAX_TASK_SEQ)
+        if "vocab_size" in task:
+            _int_in(task["vocab_size"], "empirical_source.detail.task.vocab_size", 2, 10**6)
+        positions = task.get("positions")
+        if not isinstance(positions, list) or len(positions) > MAX_TASK_SEQ:
+            raise _where("empirical_source.detail.task.positions", "expected a short list")
+        for i, v in enumerate(positions):
+            _int_in(v, f"empirical_source.detail.task.positions[{i}]", 0, MAX_TASK_SEQ)
 
 
 def settings_from(cert: dict) -> BoundSettings:

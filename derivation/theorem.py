@@ -422,3 +422,46 @@ def readout_free_forms(T: Theorem) -> dict[str, sp.Expr]:
     if ss.has(B_w) or dd.has(vartheta_w) or lam.has(k_w):
         raise AssertionError("could not remove the read-out summand from the theorem")
     return {"ss_closed": ss, "dd_closed": dd, "Lambda_total": lam}
+
+
+def proven_constants(activation: str = "gelu", model: str = "plain") -> dict[str, sp.Expr]:
+    """The proven value of every overridable constant in force for ``activation`` and ``model``.
+
+    These are the values the lemmas establish (proofs_notes/); an override at or above them keeps
+    the theorem true (every constant enters the bound monotonically increasing), below them it is
+    an unproven claim.
+    """
+    return dict(assemble(None, activation=activation, model=model).constants)
+
+
+def unproven_overrides(overrides, activation: str = "gelu", model: str = "plain") -> tuple[str, ...]:
+    """Names of the overrides (pairs or a mapping name -> value) *below* the proven value.
+
+    The theorem is proven only with each constant at least its proven value (the bound increases
+    in C_sm, L_phi, B_phi and rho_R); a smaller value is a claim nobody has proven, so a bound built
+    with it is NOT A PROVEN BOUND.  Comparison is exact (SymPy rationals/algebraics, no floats).
+    Unknown names and non-positive values raise :class:`DerivationError` as in :func:`assemble`.
+    """
+    pairs = dict(overrides.items() if isinstance(overrides, Mapping) else overrides)
+    proven = proven_constants(activation, model)
+    unknown = sorted(set(pairs) - set(proven))
+    if unknown:
+        raise DerivationError(f"unknown constant(s) {unknown}; overridable here: {sorted(proven)}")
+    low = []
+    for name, value in sorted(pairs.items()):
+        given = _exact(name, value)
+        if bool(sp.Lt(given, proven[name])):
+            low.append(name)
+    return tuple(low)
+
+
+def overrides_record(overrides, activation: str = "gelu", model: str = "plain") -> list[dict]:
+    """Every override as ``{"name", "value", "proven_value", "proven"}`` (values as strings).
+
+    ``proven`` is True iff the value is at least the proven one (:func:`unproven_overrides`).
+    """
+    pairs = dict(overrides.items() if isinstance(overrides, Mapping) else overrides)
+    proven = proven_constants(activation, model)
+    low = set(unproven_overrides(pairs, activation, model))
+    return [{"name": name, "value": str(value), "proven_value": sp.sstr(proven[name]),
+             "proven": name not in low} for name, value in sorted(pairs.items())]

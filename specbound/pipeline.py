@@ -23,8 +23,10 @@ import torch
 from specbound.adapters import capabilities
 from specbound.certified.bound import certify_bound
 from specbound.certified.factored import enclose
-from specbound.certified.radii import power_ball
+from specbound.certified.certificate import decimal_up
+from specbound.certified.radii import exact_value, power_ball
 from specbound.checkpoint import load_weights
+from specbound.derivation.theorem import overrides_record
 from specbound.empirical import (  # noqa: F401  (task_record/task_sample/EmpiricalSource: public here too)
     DEFAULT_SAMPLES, DEFAULT_SEED, EmpiricalSource, empirical_ball, resolve, task_record, task_sample,
 )
@@ -32,6 +34,7 @@ from specbound.model import AnalysisTransformer
 from specbound.numeric import planner
 from specbound.plan import BoundSettings
 from specbound.progress import progress_bar
+from specbound.scope import scope_block
 from specbound.vocabulary import CAPABILITY_FLOAT_FORWARD, READOUT_TRAINED
 
 @dataclass(frozen=True)
@@ -45,6 +48,17 @@ class CertifyResult:
     enclosure_methods: tuple[str, ...]
     seconds: dict = field(default_factory=dict)
     enclosures: tuple = field(default=(), repr=False)  #: the SingularValueEnclosure of each matrix
+    scope: dict = field(default_factory=dict)  #: what the number is a bound for (:func:`scope_of`)
+
+    @property
+    def proven(self) -> bool:
+        """False when a lemma constant was overridden below its proven value (NOT A PROVEN BOUND)."""
+        return bool(self.scope.get("proven", True))
+
+    @property
+    def vacuous(self) -> bool | None:
+        """True when the bound is >= 1 (None without an empirical term: then there is no bound)."""
+        return self.scope.get("vacuous")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -163,4 +177,20 @@ def certify(
             "embedded_default": checkpoint is None, "sha256": weights.sha256, "layout": weights.layout}
     return CertifyResult(bound=result, weights=weights, checkpoint=ckpt, source=source,
                          enclosure_methods=tuple(e.method for e in encs), seconds=clock,
-                         enclosures=tuple(encs))
+                         enclosures=tuple(encs), scope=scope_of(weights, ckpt, source, result))
+
+
+def scope_of(weights, checkpoint: dict, source: EmpiricalSource, bound) -> dict:
+    """The scope block of a certified result (:func:`specbound.scope.scope_block`): the analysis model
+    of which checkpoint, what was kept/replaced/dropped, activation, read-out, S and n, whether the
+    empirical term is certified, every lemma-constant override against its proven value, and whether
+    the bound is vacuous.  ``verify`` rebuilds it from the checkpoint with this same function."""
+    st = bound.settings
+    variant = getattr(weights, "variant", "plain") or "plain"
+    overrides = overrides_record(st.overrides, weights.activation, variant) if st.overrides else []
+    return scope_block(
+        checkpoint=str(checkpoint["path"]), sha256=str(checkpoint["sha256"]), model=weights.scope,
+        variant=variant, activation=weights.activation, readout=bound.readout,
+        empirical_kind=source.kind, empirical_certified=source.certified, empirical_detail=source.detail,
+        n=st.n, margin=decimal_up(bound.rho, 12),
+        overrides=overrides, bound_upper=None if bound.bound is None else exact_value(bound.bound.upper()))

@@ -32,3 +32,105 @@ class ModelScope:
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+# ------------------------------------------------------------------------------------------------
+# the scope block of a certified result: what the number is a bound *for*, in every output
+
+NOT_PROVEN = "NOT A PROVEN BOUND"
+"""The label of a result built with a lemma constant below its proven value (an unproven claim)."""
+
+VACUOUS = "vacuous"
+"""The word printed next to a bound >= 1: a bound on a probability that says nothing."""
+
+READOUT_PHRASES: dict[str, str] = {
+    "trained": "treated as fitted on S: its cover is included (paid for in the bound)",
+    "fixed": ("ASSUMPTION: chosen independently of S (--readout fixed, or no read-out in the checkpoint): "
+              "its cover is dropped; the bound is invalid if w was fitted on S"),
+}
+"""How each read-out mode (vocabulary.READOUTS) enters the theorem, said in words."""
+
+USER_EMPIRICAL_PHRASE = ("ASSUMPTION: the empirical term is a number supplied by the user, NOT certified; it "
+                         "must be the ramp loss of the analysis model (not the checkpoint's own network or "
+                         "loss) at the printed rounded margin rho~ on S")
+
+
+def is_vacuous(upper) -> bool:
+    """A bound on the 0-1 risk is vacuous when its upper endpoint is >= 1 (any risk is <= 1)."""
+    return upper >= 1
+
+
+def _sample_phrase(kind: str, detail: dict, n: int) -> str:
+    if kind == "data":
+        sha = str(detail.get("sha256", ""))[:16]
+        return f"the data file {detail.get('path')}" + (f" (sha256 {sha}...)" if sha else "") + f", n = {n}"
+    if kind == "task":
+        task = detail.get("task") or {}
+        return (f"n = {n} fresh i.i.d. samples of the recorded task {task.get('name')!s} "
+                f"(numpy default_rng seed {detail.get('seed')})")
+    if kind == "user":
+        return f"the user's sample of n = {n} examples (not seen by specbound)"
+    return f"none (n = {n} enters the complexity and confidence terms only)"
+
+
+def scope_block(*, checkpoint: str, sha256: str, model: ModelScope | None, variant: str, activation: str,
+                readout: str, empirical_kind: str, empirical_certified: bool, empirical_detail: dict,
+                n: int, margin: str, overrides: list[dict], bound_upper=None) -> dict:
+    """The scope of one certified result as a JSON-able dict (keys in the order they are printed).
+
+    ``overrides``: one dict per lemma-constant override with ``name``, ``value``, ``proven_value``
+    and ``proven`` (value >= the proven value).  ``bound_upper``: the bound's upper endpoint (a
+    Fraction or float) or None when there is no empirical term (then it is not a bound).  ``proven``
+    is False as soon as one override is below its proven value; ``vacuous`` is None without a bound.
+    """
+    model = model or ModelScope(family="unknown (the adapter gave no account)")
+    assumptions = []
+    if readout == "fixed":
+        assumptions.append("read-out " + READOUT_PHRASES["fixed"])
+    if empirical_kind == "user":
+        assumptions.append(USER_EMPIRICAL_PHRASE)
+    low = [o for o in overrides if not o["proven"]]
+    for o in overrides:
+        tag = "at or above the proven value" if o["proven"] else NOT_PROVEN
+        assumptions.append(f"lemma constant {o['name']} = {o['value']} (proven value {o['proven_value']}): {tag}")
+    is_bound = bound_upper is not None
+    return {
+        "bound_for": f"the analysis model of {checkpoint} (sha256 {sha256[:16]}...), not the checkpoint's own network",
+        "family": model.family,
+        "variant": variant,
+        "kept": list(model.kept),
+        "replaced": list(model.replaced),
+        "dropped": list(model.dropped),
+        "activation": f"{activation} ({model.activation_source or 'source not stated'})",
+        "readout": f"{model.readout or 'read-out vector w'}; {READOUT_PHRASES.get(readout, readout)}",
+        "sample": _sample_phrase(empirical_kind, empirical_detail, n),
+        "n": n,
+        "margin": margin,
+        "empirical_certified": bool(empirical_certified),
+        "empirical": ("certified (Arb forward passes on S)" if empirical_certified
+                      else "NOT certified (user-supplied)" if empirical_kind == "user"
+                      else "absent: complexity + confidence only, NOT a bound"),
+        "assumptions": assumptions,
+        "overrides": overrides,
+        "proven": not low,
+        "is_bound": is_bound,
+        "vacuous": None if not is_bound else bool(is_vacuous(bound_upper)),
+    }
+
+
+def scope_lines(block: dict) -> list[str]:
+    """The scope block as printed by ``certify`` and ``verify`` (one fact per line)."""
+    out = [f"scope: a bound for {block['bound_for']}",
+           f"  family: {block['family']} (analysis model variant {block['variant']})"]
+    for key in ("kept", "replaced", "dropped"):
+        if block.get(key):
+            out.append(f"  {key}: " + "; ".join(block[key]))
+    out += [f"  activation: {block['activation']}",
+            f"  read-out: {block['readout']}",
+            f"  S: {block['sample']}",
+            f"  margin: rho~ = {block['margin']} (the rounded margin of the empirical ramp loss)",
+            f"  empirical term: {block['empirical']}"]
+    out += [f"  {a}" for a in block["assumptions"]]
+    if not block["proven"]:
+        out.append(f"  {NOT_PROVEN}: a lemma constant is below its proven value")
+    return out

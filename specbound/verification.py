@@ -1,12 +1,18 @@
 """``specbound verify``: re-check a certificate by a second, independent certify run.
 
-:func:`verify` re-computes from the raw checkpoint with fresh enclosures (the all-Arb route for
-dense matrices up to :data:`ARB_ROUTE_MAX_DIM`, so not the route ``certify`` used) and the recorded
-choices, and checks: the sha256; the grid base beta_c; every radius (``beta**k >=`` the fresh upper
-enclosure; a recorded rank >= the fresh proven rank bound); that every recorded ball overlaps the
-recomputed one; and the final bound.  Any difference is reported as (field path, recorded,
-recomputed).  The certificate format itself is :mod:`specbound.certified.certificate`; the
-empirical source is re-created by :mod:`specbound.empirical` (the same code certify uses).
+Nothing in the certificate is believed.  :func:`verify` first refuses any field outside a sanity
+range (:func:`specbound.certified.certificate.check_ranges`, before any arithmetic), then recomputes
+from the raw checkpoint and the *proven* theory: the sha256; every field that changes what the number
+means (architecture, layout, shapes, r_max, the grid m and the bases, the chaining forms, every
+lemma-constant override against its proven value, the read-out, the empirical source and its task,
+the certified flag, the 0-1 error count, the scope block); fresh enclosures (the all-Arb route for
+dense matrices up to :data:`ARB_ROUTE_MAX_DIM`, so not the route ``certify`` used); every radius
+(``beta**k >=`` the fresh upper enclosure; a recorded rank >= the fresh proven rank bound); every
+ball (finite, intersecting the recomputed ball and not much wider); and the final bound (its printed
+upper endpoint >= the recomputed one).  The recorded *choices* (Schatten indices, loss scales, Dudley
+weights, margin exponent) are the only inputs taken from the certificate: the theorem holds for every
+choice on its grid, so they can make the number looser, never invalid.  Any difference is reported
+as (field path, recorded, recomputed); a bound built on an unproven constant is INVALID.
 """
 
 from __future__ import annotations
@@ -19,18 +25,23 @@ from pathlib import Path
 from flint import arb
 
 from specbound.certified.arb import WORK_PREC, precision
-from specbound.certified.bound import certify_bound, decimal_fraction, readout_ball
+from specbound.certified.bound import certify_bound, decimal_fraction, grid_m, readout_ball
 from specbound.certified.certificate import (
-    CertificateError, VerificationReport, ball, check_ball, decimal_matches, decimal_up, frac,
-    parse_ball, plan_from, read, settings_from,
+    CertificateError, VerificationReport, ball, check_ball, check_ranges, decimal_matches, decimal_up, frac,
+    label, parse_ball, plan_from, read, settings_from,
 )
 from specbound.certified.factored import enclose
 from specbound.certified.norms import schatten_power, spectral_norm
 from specbound.certified.radii import MatrixRounding, dominates, power_ball
 from specbound.checkpoint import file_sha256, load_weights
-from specbound.empirical import dataset_of, empirical_ball, from_record
+from specbound.derivation.theorem import VARIANTS, unproven_overrides
+from specbound.empirical import dataset_of, empirical_ball, from_record, task_record
 from specbound.errors import SpecboundError
-from specbound.vocabulary import EMPIRICAL_DATA, EMPIRICAL_NONE, EMPIRICAL_SOURCES, EMPIRICAL_USER
+from specbound.pipeline import scope_of
+from specbound.plan import BoundSettings
+from specbound.vocabulary import (
+    CERTIFIED_SOURCES, EMPIRICAL_DATA, EMPIRICAL_NONE, EMPIRICAL_SOURCES, EMPIRICAL_TASK, EMPIRICAL_USER,
+)
 
 ARB_ROUTE_MAX_DIM = 256
 """Dense matrices up to this size are re-enclosed by the all-Arb residual route when verifying."""
@@ -54,6 +65,7 @@ def _empirical(cert: dict, weights, settings, rep: VerificationReport, recompute
         return None
     if source.kind == EMPIRICAL_USER:
         rep.notes.append("the empirical term was supplied by the user and is NOT certified")
+        rep.compare("settings.empirical", settings.empirical, float(source.detail.get("value", -1)))
         return empirical_ball(weights, source, None, arb(1))[0]
     recorded = parse_ball(cert["result"].get("empirical"))
     if not recompute:
@@ -71,7 +83,63 @@ def _empirical(cert: dict, weights, settings, rep: VerificationReport, recompute
     if data.n != settings.n:
         rep.add("settings.n", settings.n, data.n)
     rho = power_ball(Fraction(settings.beta_rho), int(cert["plan"]["k_rho"]))
-    return empirical_ball(weights, source, data, rho)[0]
+    value, ramp = empirical_ball(weights, source, data, rho)
+    recorded_src = cert["empirical_source"]
+    for key in ("errors01", "undecided"):
+        if key in recorded_src:
+            rep.compare(f"empirical_source.{key}", recorded_src[key], getattr(ramp, key))
+    return value
+
+
+def _check_claims(cert: dict, weights, settings: BoundSettings, checkpoint, rep: VerificationReport) -> None:
+    """Every recorded field that changes what the number means, against its recomputation from the
+    checkpoint and the proven theory (nothing here is a free choice)."""
+    arch = cert.get("architecture") or {}
+    fresh_arch = {"num_layers": weights.num_layers, "num_heads": weights.num_heads, "width": weights.width,
+                  "head_dim": weights.head_dim, "ff_dim": weights.ff_dim, "activation": weights.activation,
+                  "num_matrices": len(weights.matrices)}
+    for key, value in fresh_arch.items():
+        rep.compare(f"architecture.{key}", arch.get(key), value)
+    rep.compare("checkpoint.layout", cert["checkpoint"].get("layout"), weights.layout)
+    for j, (mat, rec) in enumerate(zip(weights.matrices, cert["matrices"])):
+        rep.compare(f"matrices[{j}].shape", [int(v) for v in rec["shape"]], list(mat.shape))
+        rep.compare(f"matrices[{j}].r_max", int(rec["r_max"]), mat.rank_cap)
+    # the proven range of the settings: the theorem's grid and bases (proofs_notes/theory.md section 6)
+    st = cert["settings"]
+    rep.compare("settings.grid_m", int(st["grid_m"]), grid_m(replace(settings, grid_m=None), weights))
+    rep.compare("plan.m", int(cert["plan"]["m"]), int(st["grid_m"]))
+    defaults = BoundSettings(n=1)
+    proven_bases = {"beta_c": frac(defaults.base_c(weights.num_layers)), "beta_s": frac(defaults.beta_s),
+                    "beta_w": frac(defaults.beta_w), "beta_rho": frac(defaults.beta_rho)}
+    for key, value in proven_bases.items():
+        rep.compare(f"settings.bases.{key}", frac(Fraction(st["bases"][key])), value)
+    for key in ("massart", "dudley"):
+        rep.checked += 1
+        if st.get(key) not in VARIANTS[key]:
+            rep.add(f"settings.{key}", st.get(key), "one of " + ", ".join(VARIANTS[key]))
+    rep.checked += 1
+    variant = getattr(weights, "variant", "plain") or "plain"
+    try:
+        low = unproven_overrides(settings.overrides, weights.activation, variant)
+    except Exception as exc:  # noqa: BLE001 - any unusable override is a mismatch, not a crash
+        rep.add("settings.overrides", st["overrides"], f"not a proven constant ({exc})")
+    else:
+        for name in low:
+            value = dict(settings.overrides)[name]
+            rep.add(f"settings.overrides.{name}", value, "at least the proven value: NOT A PROVEN BOUND")
+    # the empirical source: kind, certified flag, and the task it claims (the checkpoint's own record)
+    src = cert["empirical_source"]
+    kind = src.get("kind")
+    rep.compare("empirical_source.certified", src.get("certified"), kind in CERTIFIED_SOURCES)
+    if kind == EMPIRICAL_USER:
+        rep.compare("settings.empirical", settings.empirical is not None, True)
+    elif settings.empirical is not None:
+        rep.add("settings.empirical", settings.empirical, f"none (the empirical source is {kind!r})")
+    if kind == EMPIRICAL_TASK:
+        detail = src.get("detail") or {}
+        own = task_record(weights, checkpoint)
+        rep.compare("empirical_source.detail.task", detail.get("task"), own)
+        rep.compare("empirical_source.detail.n", detail.get("n"), settings.n)
 
 
 def verify(cert_source, checkpoint: str | os.PathLike | None = None, *,
@@ -83,6 +151,17 @@ def verify(cert_source, checkpoint: str | os.PathLike | None = None, *,
     say so in the report).
     """
     cert = read(cert_source)
+    check_ranges(cert)
+    try:
+        return _verify(cert, checkpoint, recompute_empirical)
+    except CertificateError:
+        raise
+    except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError, IndexError,
+            RecursionError) as exc:
+        raise CertificateError(f"certificate is malformed ({type(exc).__name__}: {exc})") from None
+
+
+def _verify(cert: dict, checkpoint, recompute_empirical: bool) -> VerificationReport:
     rep = VerificationReport()
     ck = cert["checkpoint"]
     if checkpoint is None and not ck.get("embedded_default"):
@@ -106,17 +185,11 @@ def verify(cert_source, checkpoint: str | os.PathLike | None = None, *,
         rep.checked += 1
         if Fraction(cert["settings"]["delta"]) != decimal_fraction(settings.delta):
             rep.add("settings.delta", cert["settings"]["delta"], frac(decimal_fraction(settings.delta)))
-        # beta_c: any base > 1 fixed before the sample is valid (the union bound runs over its grid;
-        # settings_from already rejected a base <= 1), and everything below is recomputed at the
-        # recorded base.  A base other than the theorem's default 1 + 1/(4L), recomputed from the
-        # checkpoint's L, is named in a note (a user's choice, or a tampered field: then the
-        # recomputed balls disagree with the recorded ones)
-        rep.checked += 1
-        default_c = replace(settings, beta_c=None).base_c(weights.num_layers)
-        if bases["beta_c"] != default_c:
-            rep.notes.append(f"beta_c = {frac(bases['beta_c'])} is not the default 1 + 1/(4L) = {frac(default_c)}")
-    except (KeyError, TypeError, ValueError) as exc:
+    except SpecboundError as exc:  # BoundSettings refused a recorded value
         raise CertificateError(f"certificate is malformed ({exc})") from None
+    _check_claims(cert, weights, settings, checkpoint if checkpoint is not None else None, rep)
+    if rep.mismatches:
+        return rep  # a claim that changes the meaning is wrong: nothing below would be comparable
 
     with precision(WORK_PREC):
         roundings = []
@@ -187,8 +260,20 @@ def verify(cert_source, checkpoint: str | os.PathLike | None = None, *,
             rep.add(f"balls.{key}", "absent", ball(fresh_balls[key]))
     res = cert["result"]
     rep.checked += 1
-    if bool(res.get("is_bound")) != (fresh.bound is not None):
+    if res.get("is_bound") is not (fresh.bound is not None):
         rep.add("result.is_bound", res.get("is_bound"), fresh.bound is not None)
+    src = from_record(cert["empirical_source"])
+    rep.scope = scope_of(weights, {"path": ck.get("path"), "sha256": weights.sha256}, src, fresh)
+    recorded_scope = cert.get("scope")
+    if not isinstance(recorded_scope, dict):
+        rep.add("scope", recorded_scope, "the scope block (absent or malformed)")
+    else:
+        for key in sorted(set(recorded_scope) | set(rep.scope)):
+            rep.compare(f"scope.{key}", recorded_scope.get(key), rep.scope.get(key))
+    rep.compare("result.proven", res.get("proven"), rep.scope["proven"])
+    rep.compare("result.vacuous", res.get("vacuous"), rep.scope["vacuous"])
+    rep.compare("result.label", res.get("label"), label(fresh.bound is not None, rep.scope["proven"],
+                                                         rep.scope["vacuous"]))
     for key, value in (("bound", fresh.bound), ("complexity", fresh.complexity),
                        ("confidence", fresh.confidence), ("partial", fresh.partial)):
         if value is None:

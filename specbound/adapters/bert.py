@@ -157,7 +157,8 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) 
             dropped=("biases", "residual connections", "embeddings' LayerNorm", "pooler and task head"),
             activation_source=("assumed gelu (no hidden_act in config)" if assumed
                                else f"config.json hidden_act -> {act}"),
-            readout="none in the checkpoint: a read-out vector w on the CLS token (position 0) is covered",
+            readout=("none in the checkpoint: the analysis model reads out the CLS token (position 0) "
+                     "with a fixed unit vector w"),
         ),
     )
 

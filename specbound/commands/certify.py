@@ -24,7 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--margin", default=None, metavar="RHO",
                         help="margin rho (rounded down onto the grid); default: chosen by the planner")
     parser.add_argument("--empirical-loss", default=None, metavar="E",
-                        help="user-supplied empirical ramp loss in [0, 1] (NOT certified; needs --n)")
+                        help="user-supplied empirical ramp loss in [0, 1] (NOT certified; needs --n): it must be "
+                             "the ramp loss of the ANALYSIS MODEL (not the checkpoint's own network or loss) on "
+                             "your sample S at the rounded margin rho~ that certify prints; give --margin to fix it")
     parser.add_argument("--data", default=None, metavar="FILE",
                         help=".npz data file (labels + tokens or inputs): certified empirical loss")
     parser.add_argument("--samples", default=None, metavar="N",
@@ -33,7 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-heads", default=None, metavar="H",
                         help="attention heads (needed for a BERT state dict without config.json)")
     parser.add_argument("--readout", choices=READOUTS, default=READOUT_TRAINED,
-                        help="read-out fitted on the sample (covered) or fixed in advance")
+                        help="trained: the read-out w is treated as fitted on S and its cover is paid for "
+                             "(default); fixed: an ASSUMPTION that w was chosen independently of S (its cover "
+                             "is dropped; the bound is invalid if w was fitted on S)")
     parser.add_argument("--out", default=None, metavar="CERT.json", help="write the certificate JSON")
     parser.add_argument("--json", action="store_true", help="print the certificate JSON instead of tables")
     parser.add_argument("--cross-check", action="store_true",
@@ -103,21 +107,28 @@ def print_result(result) -> None:
 
     from specbound.commands.proxies import console
 
+    from rich.markup import escape
+
+    from specbound.scope import NOT_PROVEN, VACUOUS, scope_lines
+
     b = result.bound
     out = console()
     st = b.settings
     out.print(f"checkpoint: {result.checkpoint['path']}  (sha256 {result.checkpoint['sha256'][:16]}...)")
+    for line in scope_lines(result.scope):
+        out.print(escape(line))
     out.print(f"n = {st.n}, delta = {b.delta}, margin rho~ = {_up(b.rho)} (beta_rho^{b.k_rho}), "
               f"read-out {b.readout}, grid m = {b.m}")
     for note in b.notes.values():
         out.print(f"note: {note}")
+    tags = ([f"  {VACUOUS} (>= 1)"] if result.vacuous else []) + ([f"  {NOT_PROVEN}"] if not result.proven else [])
     if b.bound is not None:
-        out.print(f"[bold]certified bound on the 0-1 risk: {_up(b.bound)}[/bold]"
+        out.print(f"[bold]certified bound on the 0-1 risk: {_up(b.bound)}[/bold]" + "".join(tags)
                   + ("  (the empirical term is user-supplied: NOT certified)" if not result.source.certified else ""))
         out.print(f"  empirical ramp loss  {_up(b.empirical)}   ({_source_line(result)})")
     else:
         out.print("[bold]no empirical term[/bold] (no data, no task, no --empirical-loss): this is NOT a bound")
-        out.print(f"certified complexity + confidence: {_up(b.partial)}")
+        out.print(f"certified complexity + confidence: {_up(b.partial)}" + "".join(tags))
     out.print(f"  complexity 2min(SS,DD) {_up(b.complexity)}   (SS = {_up(b.SS)}, DD = {_up(b.DD)})")
     out.print(f"  confidence             {_up(b.confidence)}   (Lambda = {_up(b.Lambda)})")
     table = Table(title="per-matrix (certified upper endpoints)")

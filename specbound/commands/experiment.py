@@ -162,7 +162,8 @@ def _print_run(out: dict) -> None:
           f"), n = {emp['n']}; certified ramp loss in [{emp['certified_lower']:.6g}, {emp['certified_upper']:.6g}] "
           f"({emp['per_sample_ms']:.1f} ms/sample, {emp['undecided']} undecided signs)")
     p = b["parts"]
-    print(f"certified bound (delta = {b['delta']:.3g}, n = {b['n']}): {b['value']:.6g}")
+    print(f"certified bound (delta = {b['delta']:.3g}, n = {b['n']}): {b['value']:.6g}"
+          + ("  vacuous (>= 1)" if b.get("vacuous") else ""))
     print(f"  = empirical {p['empirical']:.6g} + 2 min(SS, DD) {p['complexity']:.6g} + confidence "
           f"{p['confidence']:.6g}   [SS {p['SS']:.6g} (closed {p['ss_closed']:.6g}, exact {p['ss_exact']:.6g}), "
           f"DD {p['DD']:.6g}, Lambda {p['Lambda']:.6g}, rho {p['rho']:.6g}, B_w {p['B_w']:.6g}]")

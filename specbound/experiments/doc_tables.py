@@ -46,7 +46,7 @@ def scaling_markdown(study: dict, figures: Sequence[str] = ()) -> str:
             f"| {r['L']} | {r['N']} | {r['parameters']} | {r['train_accuracy']:.4f} | "
             f"{t['errors']}/{t['n']} [{_g(t['lower'])}, {_g(t['upper'])}] | {_g(r['paper_ours'], 4)} | "
             f"{_g(r['paper_edelman'], 4)} | {_g(nb['complexity_ss'], 4)} | {_g(nb['complexity_dd'], 4)} | "
-            f"{_g(nb['confidence'])} | {_g(nb['empirical'])} | {_g(nb['rho'])} | {_g(nb['bound'], 4)} |")
+            f"{_g(nb['confidence'])} | {_g(nb['empirical'])} | {_g(nb['rho'])} | {_g(nb['bound'], 4)}{' (vacuous)' if nb['bound'] >= 1 else ''} |")
     lines += ["", "Fitted growth exponents, least squares `log v = c + a log L + b log N` over the grid:", "",
               "| quantity | a (depth L) | b (width N) | rms residual (log) | points |", "|---|---|---|---|---|"]
     for key, label in QUANTITIES.items():

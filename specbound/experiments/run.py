@@ -21,6 +21,7 @@ from specbound.experiments.config import ExperimentConfig
 from specbound.numeric.proxies import paper_proxies
 from specbound.pipeline import certify
 from specbound.train import train
+from specbound.scope import is_vacuous
 
 
 # --------------------------------------------------------------------------- one experiment
@@ -223,6 +224,7 @@ def bound_summary(cb) -> dict:
         "value": float_upper(cb.upper) if cb.bound is not None else math.nan,
         "value_lower": float_lower(cb.bound.lower()) if cb.bound is not None else math.nan,
         "certified": cb.bound is not None,
+        "vacuous": None if cb.bound is None else bool(is_vacuous(float_upper(cb.upper))),
         "n": int(cb.settings.n),
         "delta": float(cb.delta),
         "complexity_route": "single-scale" if float_upper(cb.SS) <= float_lower(cb.DD) else (
