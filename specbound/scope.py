@@ -102,7 +102,8 @@ def scope_block(*, checkpoint: str, sha256: str, model: ModelScope | None, varia
         "replaced": list(model.replaced),
         "dropped": list(model.dropped),
         "activation": f"{activation} ({model.activation_source or 'source not stated'})",
-        "readout": f"{model.readout or 'read-out vector w'}; {READOUT_PHRASES.get(readout, readout)}",
+        "readout": (f"{model.readout or 'read-out vector w'}; "
+                    + (READOUT_PHRASES["trained"] if readout == "trained" else "fixed (see the ASSUMPTION below)")),
         "sample": _sample_phrase(empirical_kind, empirical_detail, n),
         "n": n,
         "margin": margin,
