@@ -173,6 +173,21 @@ class CertifyResult:
         """The certified bound record (Arb balls; ``.bound`` is None without an empirical term)."""
         return self.result.bound
 
+    @property
+    def scope(self) -> dict:
+        """What the number is a bound for (the certificate's scope block)."""
+        return self.result.scope
+
+    @property
+    def proven(self) -> bool:
+        """False when a lemma constant was overridden below its proven value (NOT A PROVEN BOUND)."""
+        return self.result.proven
+
+    @property
+    def vacuous(self) -> bool | None:
+        """True when the bound is >= 1; None when there is no empirical term (no bound)."""
+        return self.result.vacuous
+
     def to_dict(self) -> dict:
         from .certified.certificate import to_json
 
