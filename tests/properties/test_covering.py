@@ -167,6 +167,28 @@ def test_lowrank_entropy_is_the_sum_of_two_volumetric_covers():
     assert sp.simplify(sp.expand_log(low - p_part - q_part, force=True)) == 0
 
 
+def test_rank_cover_is_the_lowrank_cover_at_the_proven_rank():
+    # rank_cover is lowrank_cover with r = min(s, r_max) (s a proven rank); its closed-form K_rank
+    # is the same K (the entropy's K is pinned against volumetric_cover just above).
+    rank = REGISTRY["rank_cover"]
+    low = REGISTRY["lowrank_cover"].covering
+    assert sp.simplify(rank.covering - low.subs(sym.r, sp.Min(sym.s, sym.r_max))) == 0
+    assert sp.Integer(rank.constants["K_rank"]) == lowrank_K(low)
+
+
+def test_schatten_entropy_is_the_lowrank_cover_of_the_truncation_at_half_eps():
+    # schatten_cover: truncate at r_p (tail <= eps/2, tested below), cover the truncation at eps/2
+    # with lowrank_cover: the factor 8 is lowrank's 4 at eps/2; the closed form's K_schatten too.
+    sch = REGISTRY["schatten_cover"]
+    r_p = sch.constants["r_p"]
+    low = REGISTRY["lowrank_cover"].covering
+    half = low.subs({sym.r: sp.Min(r_p, sym.r_max), sym.eps: sym.eps / 2})
+    assert sp.simplify(sch.covering - half) == 0
+    K = sch.constants["K_schatten"]
+    closed = sp.Min(r_p, sym.r_max) * sym.d * sp.log(1 + K * sym.c / sym.eps)
+    assert sp.simplify(sch.covering - closed) == 0
+
+
 # ---------------------------------------------------------------- schatten_cover
 
 
