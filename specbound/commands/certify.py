@@ -137,11 +137,12 @@ def run(args: argparse.Namespace) -> int:
     from specbound.progress import should_show
 
     kw = _settings_kwargs(args)
+    _check_destination(args)
     result = certify(args.checkpoint, data=args.data, show_progress=should_show(args.json), **kw)
     cert = to_json(result)
     if args.cross_check:
         cert["cross_check"] = _cross_check(result)
-    if args.out:
+    if args.out is not None:
         _write(args.out, cert)
     if args.json:
         sys.stdout.write(json.dumps(cert, indent=2) + "\n")
@@ -154,6 +155,16 @@ def run(args: argparse.Namespace) -> int:
     if args.cross_check and cert["cross_check"]["ok"] is False:
         return 1
     return 0
+
+
+def _check_destination(args) -> None:
+    """--out: writable, and never one of this command's inputs (checked before any work)."""
+    from specbound.destination import check_file, default_inputs, input_files
+
+    inputs = input_files(args.checkpoint, args.data)
+    if args.checkpoint is None:
+        inputs += default_inputs()
+    check_file(args.out, "--out", inputs)
 
 
 def _write(path, cert) -> None:
