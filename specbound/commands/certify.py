@@ -40,6 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also check the fast float path against the certified values")
 
 
+#: the margins --margin accepts (outputs f are O(||w||) on unit-row inputs; far outside this range
+#: the bound is vacuous or its float choices under/overflow)
+MIN_MARGIN, MAX_MARGIN = 1e-30, 1e30
+
+
 def _int(text, what: str, minimum: int = 1) -> int | None:
     if text is None:
         return None
@@ -70,6 +75,9 @@ def _settings_kwargs(args) -> dict:
     n = _int(args.n, "--n")
     delta = _float(args.delta, "--delta")
     margin = _float(args.margin, "--margin")
+    if margin is not None and not MIN_MARGIN <= margin <= MAX_MARGIN:
+        raise SpecboundError(f"--margin must lie in [{MIN_MARGIN:g}, {MAX_MARGIN:g}], got {args.margin!r} "
+                             "(beyond it every ramp loss is 1 or the margin's powers under/overflow)")
     emp = _float(args.empirical_loss, "--empirical-loss")
     # validate early (one line, before any work)
     BoundSettings(n=n or 1, delta=delta, margin=margin, empirical=emp, readout=args.readout)
