@@ -14,6 +14,9 @@ Public API: :func:`ramp_upper`, :func:`ramp_lower`, :class:`RampLossCertificate`
 from __future__ import annotations
 
 import math
+import os
+import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -249,7 +252,9 @@ def _in_processes(weights, data, rho, r, embedding, prec, workers, progress) -> 
     # fork where available: workers only run Arb code, and spawn would re-import an unguarded
     # user script as __main__.
     method = "fork" if "fork" in get_all_start_methods() else "spawn"
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context(method)) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context(method),
+                               initializer=_worker_init, initargs=(os.getpid(),))
+    try:
         futures = [
             pool.submit(_block, weights, data, rho_arg, embedding, prec, a, min(n, a + size))
             for a in range(0, n, size)
@@ -260,7 +265,50 @@ def _in_processes(weights, data, rho, r, embedding, prec, workers, progress) -> 
             done += part.count
             if progress is not None:
                 progress(done)
+    except BaseException:
+        # Ctrl-C, SIGTERM turned into an exception, a failed block: stop the workers now instead of
+        # waiting for their blocks (the context manager's shutdown(wait=True) would).
+        _terminate(pool)
+        raise
+    pool.shutdown(wait=True)
     return parts
+
+
+def _worker_init(parent: int) -> None:
+    """Pool workers die with the process that started them and leave Ctrl-C to it.
+
+    On Linux, prctl(PR_SET_PDEATHSIG, SIGTERM) makes the kernel signal a worker when its parent
+    dies, even by SIGKILL (no Python cleanup runs then); a parent that died before this call is
+    caught by comparing getppid().  SIGINT is ignored: the terminal sends it to the whole process
+    group, and the parent alone reports it (one line) and terminates the pool.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Kill the pool's workers and release it without waiting for their blocks."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in processes:
+        try:
+            proc.terminate()
+        except (OSError, ValueError, AttributeError):  # already gone
+            pass
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        try:
+            proc.join(timeout=5)
+        except (OSError, ValueError, AttributeError, AssertionError):
+            pass
 
 
 __all__: Sequence[str] = (

@@ -57,6 +57,13 @@ from .matrices import AnalysisWeights
 CheckpointSource = Any
 """A path (``str`` / ``os.PathLike``), a cached repo id, a state dict or a ``torch.nn.Module``."""
 
+MAX_WEIGHT_MAGNITUDE = 1e30
+"""A tensor whose largest |entry| exceeds this is refused: products of a few such norms overflow
+float64 (the planner's floats), and no trained network has such weights."""
+MIN_WEIGHT_MAGNITUDE = 1e-30
+"""A nonzero tensor whose largest |entry| is below this is refused (its squares and products
+underflow); an exactly zero tensor is fine (rank 0, entropy 0)."""
+
 FLOAT_DTYPES: frozenset[str] = frozenset({"float16", "bfloat16", "float32", "float64"})
 """Stored dtypes whose every value is exactly a binary64 number (so reading them is lossless)."""
 
@@ -135,6 +142,13 @@ class Checkpoint:
             raise NonFiniteError(
                 f"{self.path}: tensor '{name}' has {bad} NaN/Inf entr{'y' if bad == 1 else 'ies'}"
             )
+        top = float(np.max(np.abs(array))) if array.size else 0.0
+        if top > MAX_WEIGHT_MAGNITUDE or 0.0 < top < MIN_WEIGHT_MAGNITUDE:
+            raise NonFiniteError(
+                f"{self.path}: tensor '{name}' has largest entry {top:.3g}, outside the range "
+                f"[{MIN_WEIGHT_MAGNITUDE:g}, {MAX_WEIGHT_MAGNITUDE:g}] of trained weights (norms and "
+                "products of such entries overflow or underflow float64; rescale or zero the tensor)"
+            )
         return array
 
     def sha256(self) -> str:
@@ -176,12 +190,43 @@ def _read_config(config_path: Path | None) -> dict[str, Any] | None:
     if config_path is None:
         return None
     try:
+        size = config_path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise CheckpointError(f"{config_path}: config of {size} bytes is larger than "
+                                  f"{MAX_CONFIG_BYTES} (not a model config)")
         config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{config_path}: not a readable JSON config ({_one_line(exc)})")
+    except CheckpointError:
+        raise
+    except RecursionError:
+        raise CheckpointError(f"{config_path}: not a readable JSON config (nested too deeply)") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: JSON syntax, huge integers
+        raise CheckpointError(f"{config_path}: not a readable JSON config ({_one_line(exc)})") from None
     if not isinstance(config, dict):
         raise CheckpointError(f"{config_path}: config is not a JSON object")
+    _check_config_values(config_path, config)
     return config
+
+
+#: a model config is a few kilobytes; nothing legitimate comes near this
+MAX_CONFIG_BYTES = 16 * 2**20
+#: deeper nesting than this in a config.json is not a model description
+MAX_CONFIG_DEPTH = 32
+
+
+def _check_config_values(config_path: Path, config: dict) -> None:
+    """Refuse integers beyond int64 and nesting beyond MAX_CONFIG_DEPTH (iteratively, no recursion)."""
+    stack = [(config, 0, "")]
+    while stack:
+        node, depth, where = stack.pop()
+        if depth > MAX_CONFIG_DEPTH:
+            raise CheckpointError(f"{config_path}: config nested deeper than {MAX_CONFIG_DEPTH} levels")
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, value in items:
+            name = f"{where}.{key}" if where else str(key)
+            if isinstance(value, (dict, list)):
+                stack.append((value, depth + 1, name))
+            elif isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+                raise CheckpointError(f"{config_path}: config value {name} is an integer beyond int64")
 
 
 def _container_of(path: Path) -> str:
@@ -298,7 +343,7 @@ def _open_torch(path: Path) -> Opened:
         )
     tensors: dict[str, Any] = {}
     metadata: dict[str, str] = {}
-    _flatten_state(obj, "", tensors, metadata)
+    _flatten_state(obj, "", tensors, metadata, path=path)
     shapes = {k: tuple(int(s) for s in t.shape) for k, t in tensors.items()}
     dtypes = {
         k: str(t.dtype).removeprefix("torch.") if t.layout == torch.strided else f"{t.layout}"
@@ -311,50 +356,58 @@ def _open_torch(path: Path) -> Opened:
     return Opened(shapes=shapes, dtypes=dtypes, metadata=metadata, fetch=fetch)
 
 
-def _flatten_state(obj: Mapping, prefix: str, out: dict, metadata: dict) -> None:
+#: nesting of a state dict beyond this is not a checkpoint
+MAX_STATE_DEPTH = 32
+
+
+def _flatten_state(obj: Mapping, prefix: str, out: dict, metadata: dict, path: Path | None = None,
+                   _seen: tuple[int, ...] = ()) -> None:
     import torch
 
+    if id(obj) in _seen:
+        raise CheckpointError(f"{path}: the state dict contains itself (at '{prefix.rstrip('.')}')")
+    if len(_seen) >= MAX_STATE_DEPTH:
+        raise CheckpointError(f"{path}: the state dict is nested deeper than {MAX_STATE_DEPTH} levels")
+    seen = _seen + (id(obj),)
     for key, value in obj.items():
         name = f"{prefix}{key}"
         if isinstance(value, torch.Tensor):
+            if value.is_meta:
+                raise CheckpointError(f"{path}: tensor '{name}' is on the meta device (it holds no "
+                                      "values; save the loaded weights)")
+            if value.layout != torch.strided:
+                raise CheckpointError(f"{path}: tensor '{name}' has layout {value.layout} (dense only)")
             out[name] = value
         elif key == "__metadata__" and not prefix and isinstance(value, Mapping):
             metadata.update({str(k): str(v) for k, v in value.items()})
         elif isinstance(value, Mapping):
-            _flatten_state(value, f"{name}.", out, metadata)
+            _flatten_state(value, f"{name}.", out, metadata, path, seen)
         # Other plain values (epoch counters, strings) carry no weights and are ignored.
 
 
 def _open_npz(path: Path) -> Opened:
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {name: npz[name] for name in npz.files}
-    except ValueError as exc:
-        if "pickle" in str(exc).lower():
-            raise CheckpointError(
-                f"{path}: refused to load: an array holds Python objects (pickled); "
-                f"it was not executed"
-            ) from None
-        raise CheckpointError(f"{path}: truncated or corrupt .npz file ({_one_line(exc)})") from None
-    except Exception as exc:
-        raise CheckpointError(
-            f"{path}: truncated or corrupt .npz file ({type(exc).__name__}: {_one_line(exc)})"
-        ) from None
+    """A .npz checkpoint: headers checked against limits up front, each tensor read when fetched."""
+    from .npz_archive import NpzArchive
+
+    archive = NpzArchive(path, error=CheckpointError)
     metadata: dict[str, str] = {}
-    meta = arrays.pop("__metadata__", None)
-    if meta is not None:
+    if "__metadata__" in archive:
+        if archive.members["__metadata__"].nbytes > MAX_CONFIG_BYTES:
+            raise CheckpointError(f"{path}: '__metadata__' is larger than {MAX_CONFIG_BYTES} bytes")
+        meta = archive.read("__metadata__")
         try:
             parsed = json.loads(str(meta[()]))
             if not isinstance(parsed, dict):
                 raise ValueError("not an object")
-        except (ValueError, IndexError, TypeError) as exc:
+        except (ValueError, IndexError, TypeError, RecursionError) as exc:
             raise CheckpointError(
                 f"{path}: '__metadata__' is not a JSON object string ({_one_line(exc)})"
             ) from None
         metadata = {str(k): str(v) for k, v in parsed.items()}
-    shapes = {k: tuple(int(s) for s in a.shape) for k, a in arrays.items()}
-    dtypes = {k: a.dtype.name for k, a in arrays.items()}
-    return Opened(shapes=shapes, dtypes=dtypes, metadata=metadata, fetch=arrays.__getitem__)
+    members = {k: m for k, m in archive.members.items() if k != "__metadata__"}
+    shapes = {k: m.shape for k, m in members.items()}
+    dtypes = {k: m.dtype.name for k, m in members.items()}
+    return Opened(shapes=shapes, dtypes=dtypes, metadata=metadata, fetch=archive.read)
 
 
 _OPENERS: dict[str, Callable[[Path], Opened]] = {

@@ -10,10 +10,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 from . import __version__
-from .errors import SpecboundError
+from .errors import SpecboundError, one_line
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line (the usage is one ``--help`` away)."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
 COMMANDS: dict[str, str] = {
     "certify": "certified bound of a checkpoint (default: the embedded model)",
@@ -27,7 +35,7 @@ COMMANDS: dict[str, str] = {
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The full parser; with ``only`` set, import just that command's module (fast start-up)."""
-    parser = argparse.ArgumentParser(prog="specbound", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="specbound", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"specbound {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -63,13 +71,31 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specbound: error: command '{args.command}' is not available yet", file=sys.stderr)
         return 2
     try:
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    except ValueError:  # not the main thread (an embedding application): leave signals alone
+        previous = None
+    try:
         return int(args._run(args) or 0)
     except SpecboundError as exc:
-        print(f"specbound: error: {exc}", file=sys.stderr)
+        print(f"specbound: error: {one_line(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # pragma: no cover
+    except KeyboardInterrupt:
         print("specbound: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("specbound: terminated", file=sys.stderr)
+        return 143
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(BaseException):
+    """SIGTERM as an exception, so that every exit path runs (worker pools are terminated)."""
+
+
+def _terminated(signum, frame):
+    raise Terminated()
 
 
 if __name__ == "__main__":  # pragma: no cover

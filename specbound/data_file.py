@@ -108,26 +108,19 @@ def dataset_from_arrays(
 
 def load_data(path: str | Path) -> DataSet:
     """Read and validate a ``.npz`` data file (module contract); one-line DataFileError otherwise."""
+    from specbound.npz_archive import NpzArchive
+
     p = Path(path)
     if not p.is_file():
         raise DataFileError(f"{p}: data file not found")
-    try:
-        loaded = np.load(p, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise DataFileError(f"{p}: not a .npz archive (a single array); save with numpy.savez")
-        with loaded as npz:
-            names = set(npz.files)
-            if "labels" not in names:
-                raise DataFileError(
-                    f"{p}: missing array 'labels' (found: {', '.join(sorted(names)) or 'none'})"
-                )
-            arrays = {k: npz[k] for k in KEYS if k in names}
-    except DataFileError:
-        raise
-    except (zipfile.BadZipFile, EOFError, OSError) as exc:
-        raise DataFileError(f"{p}: not a readable .npz archive ({' '.join(str(exc).split())})") from None
-    except ValueError as exc:  # object arrays (pickles) and malformed members
-        raise DataFileError(f"{p}: unreadable array ({' '.join(str(exc).split())})") from None
+    if not zipfile.is_zipfile(p):
+        raise DataFileError(f"{p}: not a .npz archive (a single array?); save with numpy.savez")
+    # headers first: declared sizes are checked against limits before any array is read
+    archive = NpzArchive(p, error=DataFileError)
+    names = set(archive.files)
+    if "labels" not in names:
+        raise DataFileError(f"{p}: missing array 'labels' (found: {', '.join(sorted(names)) or 'none'})")
+    arrays = {k: archive.read(k) for k in KEYS if k in names}
     return dataset_from_arrays(
         arrays["labels"], tokens=arrays.get("tokens"), inputs=arrays.get("inputs"), source=str(p)
     )

@@ -68,11 +68,34 @@ def task_record(weights, checkpoint: str | os.PathLike | None) -> dict | None:
         return None
 
 
+#: a recorded task longer than this, or a sample of more tokens than MAX_TASK_TOKENS, is refused
+#: before anything is allocated (a task record is a small JSON file anyone can edit)
+MAX_TASK_SEQ_LEN = 100_000
+MAX_TASK_TOKENS = 200_000_000
+
+
 def task_sample(task: dict, n: int, seed: int) -> DataSet:
     """``n`` fresh i.i.d. samples of a recorded task, drawn with ``numpy.random.default_rng(seed)``."""
-    t = Task(name=str(task["name"]), rule=str(task["rule"]), seq_len=int(task["seq_len"]),
-             positions=tuple(int(p) for p in task["positions"]), vocab_size=int(task.get("vocab_size", 3)))
-    tokens, labels = t.sample(int(n), np.random.default_rng(int(seed)))
+    try:
+        seq_len = int(task["seq_len"])
+        if not 1 <= seq_len <= MAX_TASK_SEQ_LEN:
+            raise SpecboundError(f"recorded task: seq_len {seq_len} is outside [1, {MAX_TASK_SEQ_LEN}]")
+        if int(n) * seq_len > MAX_TASK_TOKENS:
+            raise SpecboundError(f"recorded task: {n} samples of length {seq_len} exceed "
+                                 f"{MAX_TASK_TOKENS} tokens")
+        positions = task["positions"]
+        if not isinstance(positions, list) or len(positions) > seq_len:
+            raise SpecboundError("recorded task: 'positions' must be a list of at most seq_len indices")
+        vocab = int(task.get("vocab_size", 3))
+        if not 2 <= vocab <= 2**31:
+            raise SpecboundError(f"recorded task: vocab_size {vocab} is outside [2, 2^31]")
+        t = Task(name=str(task["name"]), rule=str(task["rule"]), seq_len=seq_len,
+                 positions=tuple(int(p) for p in positions), vocab_size=vocab)
+        tokens, labels = t.sample(int(n), np.random.default_rng(int(seed)))
+    except SpecboundError:
+        raise
+    except (KeyError, TypeError, ValueError, OverflowError, IndexError) as exc:
+        raise SpecboundError(f"recorded task is malformed ({type(exc).__name__}: {' '.join(str(exc).split())})") from None
     return dataset_from_arrays(labels, tokens=tokens, source=f"task {t.name} (seed {seed}, n {n})")
 
 

@@ -7,12 +7,17 @@ import os
 import tempfile
 from pathlib import Path
 
+from .errors import SpecboundError
+
 
 def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same folder and an atomic rename."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise SpecboundError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -21,9 +26,11 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise SpecboundError(f"cannot write {path}: {exc.strerror or exc}") from None
         raise
 
 

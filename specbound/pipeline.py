@@ -27,6 +27,7 @@ from specbound.certified.certificate import decimal_up
 from specbound.certified.radii import exact_value, power_ball
 from specbound.checkpoint import load_weights
 from specbound.derivation.theorem import overrides_record
+from specbound.errors import CertificationError
 from specbound.empirical import (  # noqa: F401  (task_record/task_sample/EmpiricalSource: public here too)
     DEFAULT_SAMPLES, DEFAULT_SEED, EmpiricalSource, empirical_ball, resolve, task_record, task_sample,
 )
@@ -170,6 +171,12 @@ def certify(
 
     t4 = time.perf_counter()
     result = certify_bound(weights, settings, plan, encs, emp_ball)
+    bad = [name for name, ball in result.balls().items() if not ball.is_finite()]
+    if bad:
+        # a ball that is not finite certifies nothing; say so in one line instead of printing nan
+        raise CertificationError(
+            f"no finite bound: {', '.join(bad[:6])}{' ...' if len(bad) > 6 else ''} evaluated to "
+            "non-finite balls (the weights or the margin are outside the range the planner handles)")
     if notes:
         result = replace(result, notes={**result.notes, **notes})
     clock["bound"] = time.perf_counter() - t4

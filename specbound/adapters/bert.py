@@ -168,7 +168,7 @@ def _activation(ckpt, given: str | None) -> tuple[str, bool]:
     stated = None
     if ckpt.config is not None and "hidden_act" in ckpt.config:
         raw = ckpt.config["hidden_act"]
-        if raw not in HIDDEN_ACT:
+        if not isinstance(raw, str) or raw not in HIDDEN_ACT:
             raise LayoutError(
                 f"{ckpt.config_path}: unsupported hidden_act {raw!r} "
                 f"(supported: {', '.join(HIDDEN_ACT)})"

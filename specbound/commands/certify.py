@@ -44,6 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also check the fast float path against the certified values")
 
 
+#: the margins --margin accepts (outputs f are O(||w||) on unit-row inputs; far outside this range
+#: the bound is vacuous or its float choices under/overflow)
+MIN_MARGIN, MAX_MARGIN = 1e-30, 1e30
+
+
 def _int(text, what: str, minimum: int = 1) -> int | None:
     if text is None:
         return None
@@ -74,6 +79,9 @@ def _settings_kwargs(args) -> dict:
     n = _int(args.n, "--n")
     delta = _float(args.delta, "--delta")
     margin = _float(args.margin, "--margin")
+    if margin is not None and not MIN_MARGIN <= margin <= MAX_MARGIN:
+        raise SpecboundError(f"--margin must lie in [{MIN_MARGIN:g}, {MAX_MARGIN:g}], got {args.margin!r} "
+                             "(beyond it every ramp loss is 1 or the margin's powers under/overflow)")
     emp = _float(args.empirical_loss, "--empirical-loss")
     # validate early (one line, before any work)
     BoundSettings(n=n or 1, delta=delta, margin=margin, empirical=emp, readout=args.readout)
@@ -148,11 +156,12 @@ def run(args: argparse.Namespace) -> int:
     from specbound.progress import should_show
 
     kw = _settings_kwargs(args)
+    _check_destination(args)
     result = certify(args.checkpoint, data=args.data, show_progress=should_show(args.json), **kw)
     cert = to_json(result)
     if args.cross_check:
         cert["cross_check"] = _cross_check(result)
-    if args.out:
+    if args.out is not None:
         _write(args.out, cert)
     if args.json:
         sys.stdout.write(json.dumps(cert, indent=2) + "\n")
@@ -165,6 +174,16 @@ def run(args: argparse.Namespace) -> int:
     if args.cross_check and cert["cross_check"]["ok"] is False:
         return 1
     return 0
+
+
+def _check_destination(args) -> None:
+    """--out: writable, and never one of this command's inputs (checked before any work)."""
+    from specbound.destination import check_file, default_inputs, input_files
+
+    inputs = input_files(args.checkpoint, args.data)
+    if args.checkpoint is None:
+        inputs += default_inputs()
+    check_file(args.out, "--out", inputs)
 
 
 def _write(path, cert) -> None:

@@ -123,12 +123,20 @@ def _say(enabled: bool):
 def _run_one(args: argparse.Namespace) -> int:
     from specbound.experiment import ExperimentConfig, run_experiment
 
+    from specbound.destination import check_file
+
+    check_file(args.out, "--out")  # destinations before hours of training
+    if args.save is not None:
+        from pathlib import Path
+
+        check_file(args.save, "--save")
+        check_file(Path(args.save).with_suffix(".json"), "--save")
     config = ExperimentConfig(train=_train_config(args, args.layers, args.width), n=args.n, sample=args.sample,
                               n_test=args.n_test, margin=args.margin, delta=args.delta, workers=args.workers)
     result = run_experiment(config, progress=_say(not args.json))
     out = result.as_dict()
     # everything is computed; now write (nothing half-written on failure above)
-    if args.save:
+    if args.save is not None:
         from specbound.output import write_json_atomic
         from pathlib import Path
 
@@ -136,7 +144,7 @@ def _run_one(args: argparse.Namespace) -> int:
         record = dict(result.training)
         record["test"] = result.test.as_dict()
         write_json_atomic(Path(args.save).with_suffix(".json"), record)
-    if args.out:
+    if args.out is not None:
         from specbound.output import write_json_atomic
 
         write_json_atomic(args.out, out)
@@ -178,8 +186,13 @@ def _print_run(out: dict) -> None:
 def _run_scaling(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from specbound.destination import check_file, check_folder
     from specbound.experiment import ScalingConfig, scaling_markdown, scaling_plots, scaling_study, write_scaling_section
 
+    check_file(args.out, "--out")
+    check_folder(args.figures, "--figures")
+    check_file(args.data, "--data")
+    check_folder(args.cache, "--cache")
     config = ScalingConfig(depths=args.depths, widths=args.widths, heads=args.heads or 2,
                            base=_train_config(args, 1, max(args.widths)), n_test=args.n_test,
                            delta=args.delta, bound=args.bound)

@@ -40,6 +40,14 @@ def load(args: argparse.Namespace):
     return load_weights(args.checkpoint, num_heads=getattr(args, "num_heads", None))
 
 
+def check_destinations(args: argparse.Namespace) -> None:
+    """--csv FILE and --report DIR: checked before any work (one line, nothing computed)."""
+    from specbound.destination import check_file, check_folder, input_files
+
+    check_file(args.csv, "--csv", input_files(args.checkpoint))
+    check_folder(args.report, "--report")
+
+
 def console():
     from rich.console import Console
 
@@ -59,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from specbound.numeric.spectra import compute_spectra
     from specbound.progress import progress_bar
 
+    check_destinations(args)
     device = device_of(args.device)
     weights = load(args)
     with progress_bar(len(weights.matrices), "singular values", enabled=not args.json) as bar:
@@ -69,11 +78,11 @@ def run(args: argparse.Namespace) -> int:
         raise SpecboundError(f"{args.checkpoint}: {exc}") from None
 
     # Compute everything first, then write: a failure above leaves no file behind.
-    if args.csv:
+    if args.csv is not None:
         from specbound.report import write_csv
 
         write_csv(args.csv, [r.as_dict() for r in result.matrices])
-    if args.report:
+    if args.report is not None:
         from specbound.report import plot_contribution_vs_p, plot_spectral_decay
 
         plot_contribution_vs_p(result, args.report)

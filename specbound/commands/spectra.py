@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from specbound.commands.proxies import console, device_of, load
+from specbound.commands.proxies import check_destinations, console, device_of, load
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from specbound.numeric.spectra import compute_spectra, norm_summaries
     from specbound.progress import progress_bar
 
+    check_destinations(args)
     device = device_of(args.device)
     dtype = torch.float64 if args.dtype == "float64" else torch.float32
     weights = load(args)
@@ -40,11 +41,11 @@ def run(args: argparse.Namespace) -> int:
         spectra = compute_spectra(weights, dtype=dtype, device=device, progress=bar)
     summaries = norm_summaries(spectra)
 
-    if args.csv:
+    if args.csv is not None:
         from specbound.report import write_csv
 
         write_csv(args.csv, [s.as_dict() for s in summaries])
-    if args.report:
+    if args.report is not None:
         from specbound.report import plot_spectral_decay
 
         plot_spectral_decay(spectra, args.report)

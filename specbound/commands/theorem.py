@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from specbound.vocabulary import ACTIVATIONS, MODEL_VARIANTS
@@ -23,6 +24,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override a lemma constant (C_sm, L_phi, B_phi), e.g. --set C_sm=2")
 
 
+#: an override is a plain decimal or fraction of modest size (never handed to an expression parser)
+_NUMBER = re.compile(r"^[+-]?(\d{1,30}(\.\d{0,30})?|\.\d{1,30})([eE][+-]?\d{1,2})?(/\d{1,30})?$")
+
+
+def _number(name: str, text: str):
+    """The exact rational a --set value denotes (decimal, exponent up to 2 digits, or p/q)."""
+    from fractions import Fraction
+
+    import sympy as sp
+
+    from specbound.derivation.theorem import DerivationError
+
+    if not _NUMBER.match(text):
+        raise DerivationError(f"--set {name}: expected a decimal number or a fraction p/q of modest "
+                              f"size, got {text[:40]!r}{'...' if len(text) > 40 else ''}")
+    try:
+        value = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise DerivationError(f"--set {name}: not a number: {text!r}") from None
+    return sp.Rational(value.numerator, value.denominator)
+
+
 def run(args: argparse.Namespace) -> int:
     from specbound.derivation.render import render
     from specbound.derivation.theorem import DerivationError, assemble
@@ -32,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         name, sep, value = item.partition("=")
         if not sep:
             raise DerivationError(f"--set expects NAME=VALUE, got {item!r}")
-        overrides[name.strip()] = value.strip()
+        overrides[name.strip()] = _number(name.strip(), value.strip())
     theorem = assemble(overrides, massart=args.massart, dudley=args.dudley, activation=args.activation,
                        model={"analysis": "plain"}.get(args.model, args.model))
     sys.stdout.write(render(theorem, args.format))

@@ -2,6 +2,7 @@
 
 from fractions import Fraction
 
+import mpmath
 import numpy as np
 import pytest
 from flint import arb, fmpq
@@ -89,7 +90,14 @@ def test_p0_uses_the_proven_rank_and_p_positive_dominates_schatten_power():
     enc = enclose_singular_values(w)
     r0 = round_matrix(enc, 0, Fraction(9, 8), 2)
     assert r0.k_s is None and r0.rank == enc.rank_upper
-    sv = np.linalg.svd(w, compute_uv=False)
-    r1 = round_matrix(enc, Fraction(1), Fraction(9, 8), 2)
-    assert 2.0 ** r1.k_s >= sv.sum() * (1 - 1e-12)
-    assert (9 / 8) ** r1.k_c >= sv[0] * (1 - 1e-12) and (9 / 8) ** (r1.k_c - 1) < sv[0] * (1 + 1e-12)
+    # independent reference: 50-digit singular values of the exact binary64 entries; the radii must
+    # dominate them with margin to spare (any slack goes the safe way, never below the true value)
+    with mpmath.workdps(50):
+        sv = sorted((abs(v) for v in mpmath.svd_r(mpmath.matrix(w.tolist()), compute_uv=False)), reverse=True)
+        tol = mpmath.mpf(10) ** -40
+        r1 = round_matrix(enc, Fraction(1), Fraction(9, 8), 2)
+        assert mpmath.mpf(2) ** r1.k_s >= mpmath.fsum(sv) * (1 + tol)
+        beta = mpmath.mpf(9) / 8
+        assert beta ** r1.k_c >= sv[0] * (1 + tol)
+        assert beta ** (r1.k_c - 1) < sv[0] * (1 - tol)  # and the least such power (k_c is not inflated)
+        assert mpmath.mpf(2) ** (r1.k_s - 1) < mpmath.fsum(sv) * (1 - tol)

@@ -31,9 +31,12 @@ def test_rounding_check_catches_a_decreasing_ceiling():
 def test_bound_is_built_from_the_main_theorem_and_rademacher_lemmas():
     th = assemble()
     assert th.bound == REGISTRY["main_theorem"].constants["bound"]
-    # nondecreasing in SS, DD, Lambda and the empirical loss
-    for sym in (SS, DD, emp):
-        assert rounding_violations(sp.ceiling(sym)) == []
+    # the bound itself is nondecreasing in SS, DD, Lambda and the empirical loss: rounding any of
+    # them up (a ceiling in its place) can only raise it
+    for sym in (SS, DD, emp, Lambda):
+        assert rounding_violations(th.bound.subs(sym, sp.ceiling(sym))) == [], sym
+        # the check can fail: the same expression with the term's sign flipped is caught
+        assert rounding_violations(th.bound.subs(sym, -sp.ceiling(sym))) != [], sym
     assert sp.diff(th.bound.subs(sp.Min(SS, DD), SS), SS) == 2
     delta = next(x for x in th.confidence.free_symbols if str(x) == "delta")
     assert sp.diff(th.confidence, Lambda).subs(delta, sp.Rational(1, 20)).is_positive

@@ -1,6 +1,7 @@
-"""End to end on a tiny network (L = H = 1, N = 2, d_ff = 2): the single-scale closed form and the
-confidence term evaluated through the summand + combiner interface in Arb, against a hand
-computation in mpmath typed from proofs_notes/theory.md sections 2, 6, 7 and 10."""
+"""End to end on a tiny network (L = H = 1, N = 2, d_ff = 2): the single-scale closed form, its
+read-out term and the confidence term evaluated through the summand + combiner interface in Arb,
+each against a hand computation in mpmath typed from proofs_notes/theory.md sections 2, 6, 7 and
+10 (the whole assembled bound is pinned in tests/certified/test_hand_bound.py)."""
 
 import mpmath
 from flint import arb, ctx, fmpq
@@ -21,13 +22,24 @@ def _hand_value():
     n, rho = mpmath.mpf(N_SAMPLES), mpmath.mpf(1) / 2
     C1 = (1 + 2) * mpmath.mpf(1 / 2) ** (mpmath.mpf(2) / 3)
     total = 0
+    readout = mpmath.sqrt(WIDTH * mpmath.log(1 + 2 * n * 1 / rho) / (2 * n)) + 1 / n
     for key in ("A", "V", "M_in", "M_out"):
         kappa = 1 * 1 * gam[key] / rho  # B_w alpha gamma / rho, alpha = 1 (last layer)
         c = {"A": cA, "V": cV, "M_in": cin, "M_out": cout}[key]
         a = 1 * (2 * kappa) * D_J * mpmath.log(1 + 8 * n * c * kappa)
         total += C1 * (a / (2 * n)) ** (mpmath.mpf(1) / 3) + 1 / n
-    total += mpmath.sqrt(WIDTH * mpmath.log(1 + 2 * n * 1 / rho) / (2 * n)) + 1 / n
-    return total
+    total += readout
+    return total, readout
+
+
+def _hand_confidence(Lam, delta):
+    """3 sqrt((log(2/delta) + Lambda) / (2n)) (posthoc_union.md, main_theorem.md)."""
+    return 3 * mpmath.sqrt((mpmath.log(2 / delta) + Lam) / (2 * mpmath.mpf(N_SAMPLES)))
+
+
+def _agrees(ball, ref) -> bool:
+    """The ball meets [ref - 1e-40, ref + 1e-40] (the 50-digit reference's own error) and is narrow."""
+    return abs(ball - arb(mpmath.nstr(ref, 50))).lower() < 1e-40 and ball.rad() < 1e-12
 
 
 def test_single_scale_closed_form_on_a_tiny_network():
@@ -51,13 +63,18 @@ def test_single_scale_closed_form_on_a_tiny_network():
     assert ours.rad() < 1e-12
     mpmath.mp.dps = 50
     try:
-        ref = _hand_value()
+        ref, ref_readout = _hand_value()
+        ref_conf = _hand_confidence(mpmath.mpf(29) / 4, mpmath.mpf(1) / 20)
     finally:
         mpmath.mp.dps = 15
     old = ctx.prec
     ctx.prec = 240
     try:
         assert ours.contains(arb(mpmath.nstr(ref, 60))), (ours, ref)
+        assert _agrees(readout, ref_readout), (readout, ref_readout)
+        conf_fn = compile_expr(th.confidence, "arb")
+        vals = {"Lambda": fmpq(29, 4), "delta": fmpq(1, 20), "n": N_SAMPLES}
+        conf = conf_fn(*(vals[a.name] for a in conf_fn.args))
+        assert _agrees(conf, ref_conf), (conf, ref_conf)
     finally:
         ctx.prec = old
-    assert readout < ours
