@@ -112,7 +112,7 @@ def verify(cert_source, checkpoint: str | os.PathLike | None = None, *,
         # checkpoint's L, is named in a note (a user's choice, or a tampered field: then the
         # recomputed balls disagree with the recorded ones)
         rep.checked += 1
-        default_c = replace(settings, beta_c=None).base_c(weights.num_layers)
+        default_c = replace(settings, beta_c=None).base_c(weights.num_layers, weights.variant)
         if bases["beta_c"] != default_c:
             rep.notes.append(f"beta_c = {frac(bases['beta_c'])} is not the default 1 + 1/(4L) = {frac(default_c)}")
     except (KeyError, TypeError, ValueError) as exc:
