@@ -95,6 +95,11 @@ def verify(cert_source, checkpoint: str | os.PathLike | None = None, *,
     if weights.sha256 != ck.get("sha256"):
         rep.add("checkpoint.sha256", ck.get("sha256"), weights.sha256)
         return rep  # a different network: nothing below is comparable
+    rep.checked += 1
+    recorded_variant = cert.get("architecture", {}).get("variant", "plain")
+    if recorded_variant != weights.variant:
+        rep.add("architecture.variant", recorded_variant, weights.variant)
+        return rep  # another theorem: nothing below is comparable
     try:
         settings = settings_from(cert)
         plan = plan_from(cert)
