@@ -99,6 +99,8 @@ class ArbNetwork:
     width: int
     causal: bool = False
     """The causal (GPT-2-style) variant: token t attends to s <= t, read-out at the last token."""
+    residual: bool = False
+    """The residual variant (R): Y = Pi(X + Att(X)), X' = Pi(Y + F(Y))."""
 
     @classmethod
     def from_weights(cls, weights: AnalysisWeights) -> ArbNetwork:
@@ -125,15 +127,16 @@ class ArbNetwork:
                     m_out=_exact_mat(weights.get(l, "M_out").dense()),
                 )
             )
-        if weights.variant not in ("plain", "causal"):
+        if weights.variant not in ("plain", "residual", "causal"):
             raise CertificationError(f"the certified forward pass of variant {weights.variant!r} is "
-                                     "certified.forward_ls (plain and causal only here)")
+                                     "certified.forward_ls (plain, residual and causal only here)")
         return cls(
             layers=tuple(layers),
             readout=_exact_mat(w.reshape(N, 1)),
             activation=weights.activation,
             width=N,
             causal=weights.variant == "causal",
+            residual=weights.variant == "residual",
         )
 
 
@@ -313,13 +316,13 @@ def _row(x: arb_mat, t: int) -> arb_mat:
 
 
 def _layer(layer: _ArbLayer, x: arb_mat, phi: Callable[[arb], arb], cls_only: bool,
-           causal: bool = False) -> arb_mat:
+           causal: bool = False, residual: bool = False) -> arb_mat:
     """One analysis-model layer on the ball matrix ``x`` (rows in the unit ball).
 
     ``cls_only``: return only the read-out row of ``X^(l)`` (row 0; the last row when ``causal``);
     exact, because that row of the output depends on the same row of the attention output alone
     (the FF block and ``Pi`` act row by row), and that row uses only its row of the scores.
-    ``causal``: the causal mask (token t attends to s <= t).
+    ``causal``: the causal mask (token t attends to s <= t); ``residual``: the variant (R).
     """
     T = x.nrows()
     tau = T - 1 if causal else 0
@@ -335,11 +338,12 @@ def _layer(layer: _ArbLayer, x: arb_mat, phi: Callable[[arb], arb], cls_only: bo
         if head.v2 is not None:
             out = out * head.v2
         att = out if att is None else att + out
-    y = project_rows(att)
+    y = project_rows(att + rows if residual else att)
     u = y * layer.m_in
     m, k = u.nrows(), u.ncols()
     hidden = arb_mat(m, k, [phi(t) for t in u.entries()])
-    return project_rows(hidden * layer.m_out)
+    out = hidden * layer.m_out
+    return project_rows(out + y if residual else out)
 
 
 def certified_forward(
@@ -364,7 +368,7 @@ def certified_forward(
         x = project_rows(x0)
         last = len(net.layers) - 1
         for l, layer in enumerate(net.layers):
-            x = _layer(layer, x, phi, cls_only=(l == last), causal=net.causal)
+            x = _layer(layer, x, phi, cls_only=(l == last), causal=net.causal, residual=net.residual)
         if not net.layers:  # L = 0: f = <w, Pi(x_tau)>
             x = _row(x, x.nrows() - 1 if net.causal else 0)
         return (x * net.readout)[0, 0]

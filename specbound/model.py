@@ -19,6 +19,9 @@ Variants (``Architecture.variant``, proofs_notes/theory.md sections 1 and 11):
 * ``plain``: the model above;
 * ``causal`` (GPT-2 style): the same weights, a causal mask (token t attends to s <= t) and the
   read-out at the *last* token, ``f(X) = <w, x_T^(L)>``;
+* ``residual``: the plain model with residual connections inside the projections,
+  ``Y = Pi(X + Att(X))``, ``X' = Pi(Y + F(Y))`` (proofs_notes/residual_variant.md); ``ls_residual`` the same
+  for LS;
 * ``ls`` (Llama style): no positional embedding; per layer query matrices ``W_Q[h]`` (H, N, d),
   key/value matrices ``W_K[g], W_V[g]`` shared by the heads of key/value group g (grouped-query
   attention, ``num_kv_heads`` groups), ``W_O[h]``; rotary embeddings applied to ``x_t W_Q[h]`` and
@@ -46,7 +49,7 @@ from specbound.checkpoint import open_checkpoint
 from specbound.errors import CheckpointError, LayoutError, NonFiniteError
 from specbound.vocabulary import ACTIVATIONS, ANALYSIS_LAYOUT
 
-MODEL_VARIANTS_TRAINABLE: tuple[str, ...] = ("plain", "causal", "ls")
+MODEL_VARIANTS_TRAINABLE: tuple[str, ...] = ("plain", "residual", "causal", "ls", "ls_residual")
 """The variants of vocabulary.MODEL_VARIANTS this reference model implements."""
 ROPE_BASE = 10000.0
 """Default rotary base theta of the LS variant (the angle of pair i at position t is t theta^(-2i/d))."""
@@ -79,11 +82,22 @@ class Architecture:
     @property
     def kv_heads(self) -> int:
         """Number of key/value groups actually used (``num_heads`` for the plain kinds)."""
-        return self.num_kv_heads if (self.variant == "ls" and self.num_kv_heads > 0) else self.num_heads
+        return self.num_kv_heads if (self.is_ls and self.num_kv_heads > 0) else self.num_heads
 
     @property
     def is_ls(self) -> bool:
-        return self.variant == "ls"
+        """Llama-style blocks (RoPE, grouped keys, gated feed-forward)."""
+        return self.variant in ("ls", "ls_residual")
+
+    @property
+    def is_residual(self) -> bool:
+        """Residual connections inside Pi: Y = Pi(X + Att(X)), X' = Pi(Y + F(Y)) (variant R)."""
+        return self.variant in ("residual", "ls_residual")
+
+    @property
+    def is_causal(self) -> bool:
+        """Causal mask and read-out at the last token (every variant but plain and residual)."""
+        return self.variant not in ("plain", "residual")
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_heads", "width", "head_dim", "ff_dim", "vocab_size"):
@@ -96,7 +110,7 @@ class Architecture:
         if self.variant not in MODEL_VARIANTS_TRAINABLE:
             raise LayoutError(f"architecture: variant {self.variant!r} is not implemented by the reference "
                               f"model (use one of {MODEL_VARIANTS_TRAINABLE})")
-        if self.variant == "ls":
+        if self.is_ls:
             if self.num_heads % self.kv_heads:
                 raise LayoutError(f"architecture: {self.num_heads} heads do not split into "
                                   f"{self.kv_heads} key/value groups")
@@ -232,7 +246,7 @@ class AnalysisTransformer(nn.Module):
     @property
     def readout_token(self) -> int:
         """Index of the read-out token: 0 (CLS) for the plain model, -1 (last) otherwise."""
-        return 0 if self.arch.variant == "plain" else -1
+        return -1 if self.arch.is_causal else 0
 
     def ff_names(self) -> tuple[str, ...]:
         return ("G", "U", "D") if self.arch.is_ls else ("M_in", "M_out")
@@ -271,7 +285,7 @@ class AnalysisTransformer(nn.Module):
         if self.arch.is_ls:
             Q, K = apply_rope(Q, self.rope_cos, self.rope_sin), apply_rope(K, self.rope_cos, self.rope_sin)
         scores = Q @ K.transpose(-1, -2)
-        if self.arch.variant != "plain":
+        if self.arch.is_causal:
             scores = scores.masked_fill(~causal_mask(X.shape[1], X.device), float("-inf"))
         weights = torch.softmax(scores, dim=-1)
         heads = weights @ Vx
@@ -288,8 +302,8 @@ class AnalysisTransformer(nn.Module):
         X = self.embed(tokens)
         out = [("X0", X)]
         for l in range(self.arch.num_layers):
-            Y = project_rows(self.attention(l, X))
-            X = project_rows(self.feed_forward(l, Y))
+            Y = project_rows(self.attention(l, X) + (X if self.arch.is_residual else 0))
+            X = project_rows(self.feed_forward(l, Y) + (Y if self.arch.is_residual else 0))
             out += [(f"Y{l + 1}", Y), (f"X{l + 1}", X)]
         return out
 
@@ -427,7 +441,7 @@ def architecture_from(tensors: dict[str, np.ndarray], meta: dict[str, str], path
         raise LayoutError(f"{path}: missing tensor embedding.E")
     variant = meta.get("variant", "plain")
     V = tensors["embedding.E"].shape[0]
-    is_ls = variant == "ls"
+    is_ls = variant in ("ls", "ls_residual")
     table = "rope.cos" if is_ls else "embedding.P"
     T = tensors[table].shape[0] if table in tensors else 0
     try:

@@ -33,9 +33,11 @@ import numpy as np
 from ..errors import LayoutError
 from ..scope import ModelScope
 from ..matrices import AnalysisWeights, NamedMatrix, ordered
+from ..vocabulary import MODEL_VARIANTS
 from . import _checks
 
 LAYOUT = "specbound-analysis-v1"
+_LS = ("ls", "ls_residual")
 EXPECTED = "layers.{l}.attn.W_Q/W_K/W_V/W_O, layers.{l}.ff.M_in/M_out, readout.w"
 
 _LAYER = re.compile(r"^layers\.(\d+)\.")
@@ -66,7 +68,7 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) 
     def stated(key: str) -> int | None:
         return _checks.positive_int(ckpt, key, meta.get(key), "metadata")
 
-    ff0 = "layers.0.ff.G" if meta.get("variant") == "ls" else "layers.0.ff.M_in"
+    ff0 = "layers.0.ff.G" if meta.get("variant") in _LS else "layers.0.ff.M_in"
     q0 = ckpt.shape("layers.0.attn.W_Q")
     m0 = ckpt.shape(ff0)
     for name, shp, rank in (("layers.0.attn.W_Q", q0, 3), (ff0, m0, 2)):
@@ -89,10 +91,10 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) 
     act = _checks.activation(ckpt, act)
 
     variant = meta.get("variant", "plain")
-    if variant not in ("plain", "causal", "ls"):
-        raise LayoutError(f"{ckpt.path}: unsupported variant {variant!r} (supported: plain, causal, ls)")
-    if variant == "ls":
-        return _adapt_ls(ckpt, meta, L, H, N, d, d_ff, act)
+    if variant not in MODEL_VARIANTS:
+        raise LayoutError(f"{ckpt.path}: unsupported variant {variant!r} (supported: {', '.join(MODEL_VARIANTS)})")
+    if variant in _LS:
+        return _adapt_ls(ckpt, meta, L, H, N, d, d_ff, act, variant)
 
     matrices: list[NamedMatrix] = []
     for l in range(L):
@@ -112,7 +114,7 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) 
     return _weights(ckpt, meta, matrices, readout, L, H, N, d, d_ff, act, variant, 0)
 
 
-def _adapt_ls(ckpt, meta, L, H, N, d, d_ff, act) -> AnalysisWeights:
+def _adapt_ls(ckpt, meta, L, H, N, d, d_ff, act, variant) -> AnalysisWeights:
     """The LS variant's covered matrices (module contract) and its rotary tables."""
     G = _checks.positive_int(ckpt, "num_kv_heads", meta.get("num_kv_heads"), "metadata") or H
     if H % G:
@@ -132,7 +134,7 @@ def _adapt_ls(ckpt, meta, L, H, N, d, d_ff, act) -> AnalysisWeights:
         matrices.append(NamedMatrix(l, -1, "U", ckpt.tensor(p + "ff.U", (N, d_ff))))
         matrices.append(NamedMatrix(l, -1, "D", ckpt.tensor(p + "ff.D", (d_ff, N))))
     readout = ckpt.tensor("readout.w", (N,))
-    weights = _weights(ckpt, meta, matrices, readout, L, H, N, d, d_ff, act, "ls", G)
+    weights = _weights(ckpt, meta, matrices, readout, L, H, N, d, d_ff, act, variant, G)
     cos_shape = ckpt.shape("rope.cos")
     if len(cos_shape) != 2 or cos_shape[1] != d // 2:
         raise LayoutError(f"{ckpt.path}: tensor 'rope.cos' has shape {tuple(cos_shape)}, expected (T, {d // 2})")
@@ -169,9 +171,9 @@ def _weights(ckpt, meta, matrices, readout, L, H, N, d, d_ff, act, variant, num_
         extra=extra,
         scope=ModelScope(
             family="specbound analysis model" + ("" if variant == "plain" else f" ({variant} variant)"),
-            kept=("every weight of the network",) + (("the rotary tables rope.cos/rope.sin",) if variant == "ls" else ()),
+            kept=("every weight of the network",) + (("the rotary tables rope.cos/rope.sin",) if variant in _LS else ()),
             activation_source=f"checkpoint metadata -> {act}",
-            readout=("the checkpoint's read-out vector w on the CLS token (position 0)" if variant == "plain"
+            readout=("the checkpoint's read-out vector w on the CLS token (position 0)" if variant in ("plain", "residual")
                      else "the checkpoint's read-out vector w on the last token (causal mask)"),
         ),
         variant=variant,
