@@ -107,6 +107,9 @@ def print_result(result) -> None:
     out = console()
     st = b.settings
     out.print(f"checkpoint: {result.checkpoint['path']}  (sha256 {result.checkpoint['sha256'][:16]}...)")
+    if result.weights.variant != "plain":
+        out.print(f"model variant: {result.weights.variant} (the theorem of `specbound theorem --model "
+                  f"{result.weights.variant}`)")
     out.print(f"n = {st.n}, delta = {b.delta}, margin rho~ = {_up(b.rho)} (beta_rho^{b.k_rho}), "
               f"read-out {b.readout}, grid m = {b.m}")
     for note in b.notes.values():
