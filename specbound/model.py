@@ -46,6 +46,7 @@ import torch
 from torch import nn
 
 from specbound.checkpoint import open_checkpoint
+from specbound.derivation.assembly import kv_group
 from specbound.errors import CheckpointError, LayoutError, NonFiniteError
 from specbound.vocabulary import ACTIVATIONS, ANALYSIS_LAYOUT
 
@@ -314,7 +315,7 @@ class AnalysisTransformer(nn.Module):
 
     def group_of(self, head: int) -> int:
         """Key/value group of a query head (consecutive blocks of heads share a group)."""
-        return head // (self.arch.num_heads // self.arch.kv_heads)
+        return kv_group(head, self.arch.num_heads, self.arch.kv_heads)
 
     # ------------------------------------------------------------- covered matrices
     def score_matrix(self, layer: int, head: int) -> torch.Tensor:

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..errors import LayoutError
 from ..scope import ModelScope
+from ..derivation.assembly import kv_group
 from ..matrices import AnalysisWeights, NamedMatrix, ordered
 from ..vocabulary import MODEL_VARIANTS
 from . import _checks
@@ -119,7 +120,6 @@ def _adapt_ls(ckpt, meta, L, H, N, d, d_ff, act, variant) -> AnalysisWeights:
     G = _checks.positive_int(ckpt, "num_kv_heads", meta.get("num_kv_heads"), "metadata") or H
     if H % G:
         raise LayoutError(f"{ckpt.path}: {H} heads do not split into {G} key/value groups")
-    per = H // G
     matrices: list[NamedMatrix] = []
     for l in range(L):
         p = f"layers.{l}."
@@ -129,7 +129,8 @@ def _adapt_ls(ckpt, meta, L, H, N, d, d_ff, act, variant) -> AnalysisWeights:
         W_O = ckpt.tensor(p + "attn.W_O", (H, d, N))
         matrices += [NamedMatrix(l, h, "Q", W_Q[h].copy()) for h in range(H)]
         matrices += [NamedMatrix(l, g, "K", W_K[g].copy()) for g in range(G)]
-        matrices += [NamedMatrix(l, h, "V_tilde", W_V[h // per].copy(), W_O[h].copy()) for h in range(H)]
+        matrices += [NamedMatrix(l, h, "V_tilde", W_V[kv_group(h, H, G)].copy(), W_O[h].copy())
+                     for h in range(H)]
         matrices.append(NamedMatrix(l, -1, "G", ckpt.tensor(p + "ff.G", (N, d_ff))))
         matrices.append(NamedMatrix(l, -1, "U", ckpt.tensor(p + "ff.U", (N, d_ff))))
         matrices.append(NamedMatrix(l, -1, "D", ckpt.tensor(p + "ff.D", (d_ff, N))))

@@ -302,3 +302,40 @@ def test_unimplemented_variant_is_a_layout_error():
         Architecture(1, 1, 4, 2, 4, 3, 5, variant="gemma")
     with pytest.raises(LayoutError, match="key/value"):
         Architecture(1, 3, 4, 2, 4, 3, 5, variant="ls", num_kv_heads=2)
+
+
+@pytest.mark.parametrize("variant", ["ls", "ls_residual"])
+def test_assembled_ls_constants_match_the_hand_formulas(variant, tmp_path):
+    """The layer constants and sensitivities the certified bound assembles for an LS network with
+    4 heads in 2 key/value groups, against ls_model's formulas typed here by hand (proofs_notes/ls_model.md):
+    catches a wrong group map, a wrong symbol fed to an expression or a dropped factor."""
+    arch = Architecture(2, 4, 8, 2, 6, 3, 5, "silu", variant, 2)
+    AnalysisTransformer(arch, init_seed=4).save(tmp_path / "m.safetensors")
+    weights = load_weights(str(tmp_path / "m.safetensors"))
+    settings = BoundSettings(n=1000, margin=0.5)
+    encs = enclose_all(weights)
+    cb = certify_bound(weights, settings, choose_plan(weights, settings, encs), encs, None)
+    c = {(r.layer, r.type, r.head): float(r.c_radius.mid()) for r in cb.matrices}
+    L_phi, B_phi = 1.09983932012886692, 1.0
+    res = variant == "ls_residual"
+    group = [0, 0, 1, 1]
+    for l in range(2):
+        gff = (B_phi + L_phi) * c[(l, "G", -1)] * c[(l, "U", -1)] * c[(l, "D", -1)]
+        amp = 1 + gff if res else gff
+        heads = sum(c[(l, "V_tilde", h)] * (1 + 2 * c[(l, "Q", h)] * c[(l, "K", group[h])]) for h in range(4))
+        want_layer = (1 + heads) * (1 + gff) if res else gff * heads
+        assert float(cb.layer_lipschitz[l].mid()) == pytest.approx(want_layer, rel=1e-12)
+        for r in (r for r in cb.matrices if r.layer == l):
+            h = r.head
+            want = {
+                "Q": lambda: c[(l, "V_tilde", h)] * c[(l, "K", group[h])] * amp,
+                "K": lambda: amp * sum(c[(l, "V_tilde", k)] * c[(l, "Q", k)] for k in range(4) if group[k] == h),
+                "V_tilde": lambda: amp,
+                "G": lambda: L_phi * c[(l, "U", -1)] * c[(l, "D", -1)],
+                "U": lambda: B_phi * c[(l, "G", -1)] * c[(l, "D", -1)],
+                "D": lambda: B_phi * c[(l, "G", -1)] * c[(l, "U", -1)],
+            }[r.type]()
+            assert float(r.gamma.mid()) == pytest.approx(want, rel=1e-12), r.name
+    # alpha_0 = L_1, alpha_1 = 1; the LS grid base 1 + 1/(6L)
+    assert float(cb.alphas[0].mid()) == pytest.approx(float(cb.layer_lipschitz[1].mid()), rel=1e-12)
+    assert cb.bases["beta_c"] == Fraction(13, 12)
