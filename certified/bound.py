@@ -28,10 +28,11 @@ from flint import arb, fmpq
 
 from specbound.certified.arb import WORK_PREC, precision, sum_arb
 from specbound.certified.enclosure import SingularValueEnclosure
+from specbound.certified.forward_ls import ROPE_COS, ROPE_SIN, rope_norm_bound
 from specbound.certified.radii import MatrixRounding, index_up, power_ball, round_matrix
 from specbound.derivation import symbols as S
 from specbound.derivation.backends import to_arb
-from specbound.derivation.assembly import GAMMA_KEY
+from specbound.derivation.assembly import GROUP_SUMMAND, kv_group, layout
 from specbound.derivation.posthoc import chosen_grid_size
 from specbound.derivation.theorem import readout_free_forms, theorem_for
 from specbound.errors import CertificationError
@@ -112,10 +113,10 @@ def _compile(T, fixed: bool) -> Evaluators:
     return Evaluators(
         theorem=T,
         fixed=fixed,
-        head=to_arb(T.head_summand, (S.c_A, S.c_V)),
-        layer=to_arb(T.layer_lipschitz, (S.c_in, S.c_out, S.head_sum)),
+        head=_named(T.head_summand),
+        layer=_named(T.layer_lipschitz),
         step=to_arb(T.alpha_step, (S.layer_L, S.alpha)),
-        gamma={key: to_arb(expr, (S.c_V, S.c_in, S.c_out)) for key, expr in T.gamma.items()},
+        gamma={key: _named(expr) for key, expr in T.gamma.items()},
         kappa=to_arb(T.kappa, (S.B_w, S.alpha, S.gamma, S.rho)),
         ss_term=to_arb(T.ss_matrix_term, per),
         ss_term_rank=to_arb(T.ss_matrix_term_rank, per),
@@ -139,8 +140,58 @@ def _compile(T, fixed: bool) -> Evaluators:
     )
 
 
-def evaluators(settings: BoundSettings, activation: str, fixed: bool) -> Evaluators:
-    return _evaluators(theorem_for(settings, activation), fixed)
+def _named(expr: sp.Expr):
+    """An Arb callable of ``expr`` taking a mapping symbol -> ball (symbols the expression does
+    not contain are ignored; a missing one is a KeyError, never a silent default)."""
+    args = tuple(sorted(expr.free_symbols, key=str))
+    fn = to_arb(expr, args)
+    return lambda values: fn(*(values[a] for a in args))
+
+
+_GROUP = _named(GROUP_SUMMAND)
+
+
+def evaluators(settings: BoundSettings, activation: str, fixed: bool, model: str = "plain") -> Evaluators:
+    return _evaluators(theorem_for(settings, activation, model), fixed)
+
+
+def layer_radii(weights: AnalysisWeights, radius) -> tuple[list[dict], list[list[dict]], list[dict]]:
+    """The theorem symbols of every layer fed from the radii ``radius(layer, kind, head)``
+    (:func:`specbound.derivation.assembly.layout` of ``weights.variant``).
+
+    Returns, per layer, the layer symbols (e.g. ``c_in, c_out`` or ``c_G, c_U, c_D``), per layer
+    and head the head symbols (``c_A, c_V`` or ``c_Q, c_K, c_V`` with K of the head's group), and
+    per layer the group sums ``{g: Sigma_g}`` of the LS models (empty otherwise).
+    """
+    lay = layout(weights.variant)
+    H, G = weights.num_heads, weights.num_kv_heads
+    layer_vals, head_vals, groups = [], [], []
+    for l in range(weights.num_layers):
+        layer_vals.append({sym: radius(l, kind, -1) for sym, kind in lay.layer.items()})
+        heads = []
+        for h in range(H):
+            heads.append({sym: radius(l, kind, kv_group(h, H, G) if kind == lay.shared else h)
+                          for sym, kind in lay.head.items()})
+        head_vals.append(heads)
+        sums: dict[int, arb] = {}
+        if lay.shared is not None:
+            for h in range(H):
+                g = kv_group(h, H, G)
+                sums[g] = sums.get(g, arb(0)) + _GROUP(heads[h])
+        groups.append(sums)
+    return layer_vals, head_vals, groups
+
+
+def matrix_symbols(weights: AnalysisWeights, mat, layer_vals, head_vals, groups) -> dict:
+    """The symbols a covered matrix's sensitivity may use: its layer's, its head's (for a shared
+    key matrix: ``Sigma_g`` of its group) -- the sensitivity expression picks what it needs."""
+    values = dict(layer_vals[mat.layer])
+    if mat.head >= 0:
+        if mat.kind == layout(weights.variant).shared:
+            values[S.group_sum] = groups[mat.layer][mat.head]
+        else:
+            values.update(head_vals[mat.layer][mat.head])
+    return values
 
 
 # ------------------------------------------------------------------------------------------------
@@ -277,6 +328,26 @@ def _positive_choice(value: float, what: str) -> Fraction:
     return f
 
 
+def _check_rotation_bound(weights: AnalysisWeights, theorem, notes: dict) -> None:
+    """rope_attention needs rho_R >= max ||R_ts||, which is <= max (c^2 + s^2) over the binary64
+    tables the model uses (proofs_notes/rope_attention.md); checked exactly here.  Weights without
+    tables are the analysis model with exact rotations (rho_R = 1), said in a note."""
+    if "rho_R" not in theorem.constants:
+        return
+    rho_R = sp.Rational(theorem.constants["rho_R"])
+    tables = (weights.extra.get(ROPE_COS), weights.extra.get(ROPE_SIN))
+    if tables[0] is None or tables[1] is None:
+        notes["rho_R"] = (f"no rotary tables supplied: rho_R = {rho_R} assumes rotations of norm <= "
+                          f"{rho_R} (exact rotations: 1)")
+        return
+    top = rope_norm_bound(np.asarray(tables[0], dtype=np.float64), np.asarray(tables[1], dtype=np.float64))
+    if sp.Rational(top.numerator, top.denominator) > rho_R:
+        raise CertificationError(
+            f"the rotary tables have max c^2 + s^2 = {float(top)!r} > rho_R = {rho_R}: pass "
+            f"--override rho_R=<a number >= {float(top)!r}> (rope_attention)")
+    notes["rho_R"] = f"rotary tables checked exactly: max c^2 + s^2 = {float(top)!r} <= rho_R = {rho_R}"
+
+
 def certify_bound(
     weights: AnalysisWeights,
     settings: BoundSettings,
@@ -308,12 +379,13 @@ def certify_bound(
         readout = "fixed"
         notes["readout"] = "checkpoint has no read-out: a fixed unit vector (B_w = 1) is assumed"
     fixed = readout == "fixed"
-    ev = evaluators(settings, weights.activation, fixed)
+    ev = evaluators(settings, weights.activation, fixed, weights.variant)
+    _check_rotation_bound(weights, ev.theorem, notes)
     m = grid_m(settings, weights)
     if plan.m != m:
         raise CertificationError(f"plan uses the grid m = {plan.m}, the settings fix m = {m}")
     L = weights.num_layers
-    bases = {"beta_c": settings.base_c(L), "beta_s": Fraction(settings.beta_s),
+    bases = {"beta_c": settings.base_c(L, weights.variant), "beta_s": Fraction(settings.beta_s),
              "beta_w": Fraction(settings.beta_w), "beta_rho": Fraction(settings.beta_rho)}
     n = settings.n
     delta = decimal_fraction(settings.delta)
@@ -335,11 +407,11 @@ def certify_bound(
         def radius(layer, kind, head=-1):
             return c[idx[(layer, kind, head)]]
 
+        layer_vals, head_vals, groups = layer_radii(weights, radius)
         lips = []
         for l in range(L):
-            heads = sum_arb(ev.head(radius(l, "QK", h), radius(l, "V_tilde", h))
-                            for h in range(weights.num_heads))
-            lips.append(ev.layer(radius(l, "M_in"), radius(l, "M_out"), heads))
+            heads = sum_arb(ev.head(hv) for hv in head_vals[l])
+            lips.append(ev.layer(layer_vals[l] | {S.head_sum: heads}))
         alphas = [arb(1)] * L
         for l in range(L - 2, -1, -1):
             alphas[l] = ev.step(lips[l + 1], alphas[l + 1])
@@ -372,9 +444,8 @@ def certify_bound(
         records = []
         for j, (mat, r) in enumerate(zip(weights.matrices, rounded)):
             l = mat.layer
-            g = ev.gamma[GAMMA_KEY[mat.kind]](
-                radius(l, "V_tilde", mat.head) if mat.kind == "QK" else arb(1),
-                radius(l, "M_in"), radius(l, "M_out"))
+            g = ev.gamma[layout(weights.variant).gamma_key[mat.kind]](
+                matrix_symbols(weights, mat, layer_vals, head_vals, groups))
             kap = ev.kappa(B_w, alphas[l], g, rho)
             shape = mat.shape
             d, r_max = shape[0] + shape[1], mat.rank_cap

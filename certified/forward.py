@@ -97,6 +97,10 @@ class ArbNetwork:
     readout: arb_mat  # (N, 1)
     activation: str
     width: int
+    causal: bool = False
+    """The causal (GPT-2-style) variant: token t attends to s <= t, read-out at the last token."""
+    residual: bool = False
+    """The residual variant (R): Y = Pi(X + Att(X)), X' = Pi(Y + F(Y))."""
 
     @classmethod
     def from_weights(cls, weights: AnalysisWeights) -> ArbNetwork:
@@ -123,11 +127,16 @@ class ArbNetwork:
                     m_out=_exact_mat(weights.get(l, "M_out").dense()),
                 )
             )
+        if weights.variant not in ("plain", "residual", "causal"):
+            raise CertificationError(f"the certified forward pass of variant {weights.variant!r} is "
+                                     "certified.forward_ls (plain, residual and causal only here)")
         return cls(
             layers=tuple(layers),
             readout=_exact_mat(w.reshape(N, 1)),
             activation=weights.activation,
             width=N,
+            causal=weights.variant == "causal",
+            residual=weights.variant == "residual",
         )
 
 
@@ -247,10 +256,16 @@ def _phi_relu(t: arb) -> arb:
     return _interval(arb(0), t.upper())
 
 
+def _phi_silu(t: arb) -> arb:
+    # silu(t) = t / (1 + e^-t): rigorous ball operations (exp never overflows in Arb).
+    return t / (1 + (-t).exp())
+
+
 _ACTIVATIONS: dict[str, Callable[[arb], arb]] = {
     "gelu": _phi_gelu,
     "gelu_tanh": _phi_gelu_tanh,
     "relu": _phi_relu,
+    "silu": _phi_silu,
 }
 
 
@@ -262,8 +277,12 @@ def activation(name: str) -> Callable[[arb], arb]:
         raise LayoutError(f"unknown activation {name!r} (use one of {tuple(_ACTIVATIONS)})") from None
 
 
-def softmax_rows(scores: arb_mat) -> arb_mat:
+def softmax_rows(scores: arb_mat, first_position: int | None = None) -> arb_mat:
     """Row-wise softmax of a ball matrix; each result row contains the exact softmax row.
+
+    ``first_position`` None: no mask.  Otherwise the causal mask (masked_softmax): row r is token
+    ``first_position + r`` and attends to the columns s <= that token; the other entries are
+    exactly 0 (softmax over the allowed set, proofs_notes/masked_softmax.md).
 
     ``exp`` is applied entrywise in Arb, row sums are the ball product with a ones vector, and
     the rows are scaled by a diagonal matrix of reciprocal sums -- all rigorous ball operations.
@@ -273,7 +292,11 @@ def softmax_rows(scores: arb_mat) -> arb_mat:
     of ``exp(z)`` is set by the absolute radius of ``z``, which a shift does not change).
     """
     m, k = scores.nrows(), scores.ncols()
-    e = arb_mat(m, k, [z.exp() for z in scores.entries()])
+    if first_position is None:
+        e = arb_mat(m, k, [z.exp() for z in scores.entries()])
+    else:
+        e = arb_mat(m, k, [scores[r, s].exp() if s <= first_position + r else arb(0)
+                           for r in range(m) for s in range(k)])
     sums = e * arb_mat(k, 1, [1] * k)
     d = arb_mat(m, m)
     for t in range(m):
@@ -285,32 +308,42 @@ def softmax_rows(scores: arb_mat) -> arb_mat:
 
 
 def _first_row(x: arb_mat) -> arb_mat:
-    return arb_mat([[x[0, j] for j in range(x.ncols())]])
+    return _row(x, 0)
 
 
-def _layer(layer: _ArbLayer, x: arb_mat, phi: Callable[[arb], arb], cls_only: bool) -> arb_mat:
+def _row(x: arb_mat, t: int) -> arb_mat:
+    return arb_mat([[x[t, j] for j in range(x.ncols())]])
+
+
+def _layer(layer: _ArbLayer, x: arb_mat, phi: Callable[[arb], arb], cls_only: bool,
+           causal: bool = False, residual: bool = False) -> arb_mat:
     """One analysis-model layer on the ball matrix ``x`` (rows in the unit ball).
 
-    ``cls_only``: return only row 0 of ``X^(l)``; exact, because row 0 of the output depends on
-    row 0 of the attention output alone (the FF block and ``Pi`` act row by row), and that row uses
-    only row 0 of the scores.
+    ``cls_only``: return only the read-out row of ``X^(l)`` (row 0; the last row when ``causal``);
+    exact, because that row of the output depends on the same row of the attention output alone
+    (the FF block and ``Pi`` act row by row), and that row uses only its row of the scores.
+    ``causal``: the causal mask (token t attends to s <= t); ``residual``: the variant (R).
     """
-    rows = _first_row(x) if cls_only else x
+    T = x.nrows()
+    tau = T - 1 if causal else 0
+    rows = _row(x, tau) if cls_only else x
+    first = (tau if cls_only else 0) if causal else None
     att = None
     for head in layer.heads:
         qx = rows * head.q
         kx = x if head.k is None else x * head.k
-        probs = softmax_rows(qx * kx.transpose())
+        probs = softmax_rows(qx * kx.transpose(), first)
         # (P (X v1)) v2 = P X V exactly; this order is the cheaper one.
         out = probs * (x * head.v1)
         if head.v2 is not None:
             out = out * head.v2
         att = out if att is None else att + out
-    y = project_rows(att)
+    y = project_rows(att + rows if residual else att)
     u = y * layer.m_in
     m, k = u.nrows(), u.ncols()
     hidden = arb_mat(m, k, [phi(t) for t in u.entries()])
-    return project_rows(hidden * layer.m_out)
+    out = hidden * layer.m_out
+    return project_rows(out + y if residual else out)
 
 
 def certified_forward(
@@ -318,7 +351,8 @@ def certified_forward(
     inputs: arb_mat | np.ndarray,
     prec: int = DEFAULT_PREC,
 ) -> arb:
-    """A ball containing the exact real ``f(X) = <w, x_1^(L)>`` for ``X = Pi(inputs)``.
+    """A ball containing the exact real ``f(X) = <w, x_1^(L)>`` for ``X = Pi(inputs)`` (causal
+    variant: ``<w, x_T^(L)>`` with the causal mask).
 
     ``inputs`` is the ``(T, N)`` matrix of rows *before* projection: a float array (taken exactly)
     or a ball matrix (e.g. :func:`embedded_input_ball`), in which case the result contains
@@ -334,7 +368,7 @@ def certified_forward(
         x = project_rows(x0)
         last = len(net.layers) - 1
         for l, layer in enumerate(net.layers):
-            x = _layer(layer, x, phi, cls_only=(l == last))
-        if not net.layers:  # L = 0: f = <w, Pi(x_1)>
-            x = _first_row(x)
+            x = _layer(layer, x, phi, cls_only=(l == last), causal=net.causal, residual=net.residual)
+        if not net.layers:  # L = 0: f = <w, Pi(x_tau)>
+            x = _row(x, x.nrows() - 1 if net.causal else 0)
         return (x * net.readout)[0, 0]

@@ -28,8 +28,9 @@ import numpy as np
 from flint import arb, arb_mat, ctx, fmpq
 
 from specbound.certified.forward import (
-    DEFAULT_PREC, ArbNetwork, Margin, certified_forward, embedded_input_ball, input_ball,
+    DEFAULT_PREC, ArbNetwork, Margin, embedded_input_ball, input_ball,
 )
+from specbound.certified.forward_ls import certified_forward, network_for
 from specbound.dataset import DataSet
 from specbound.errors import LayoutError, SpecboundError
 from specbound.matrices import AnalysisWeights
@@ -171,7 +172,7 @@ def _inputs_of(data: DataSet, weights: AnalysisWeights, embedding) -> Callable[[
 def _block(weights, data, rho, embedding, prec, start, stop) -> _Partial:
     """Ramp bounds of samples ``start..stop-1``, summed exactly (runs in a worker process too)."""
     r = _margin_ball(rho)
-    net = ArbNetwork.from_weights(weights)
+    net = network_for(weights)
     rows_of = _inputs_of(data, weights, embedding)
     hi = lo = Fraction(0)
     undecided = errors = 0

@@ -1,10 +1,80 @@
 """How the bound's parts are put together, shared by the certified (Arb) and the fast (torch) layers.
 
-:data:`GAMMA_KEY` names, for each matrix type, the theorem's sensitivity (``Theorem.gamma``) that
-applies to it.  This module imports neither torch nor flint: both layers build on it.
+For each model variant (vocabulary.MODEL_VARIANTS) a :class:`Layout` says which covered matrix
+kind feeds which symbol of the theorem's Lipschitz and sensitivity expressions
+(``Theorem.head_summand``, ``Theorem.layer_lipschitz``, ``Theorem.gamma``), and which of the
+theorem's sensitivities applies to each kind.  Both evaluation layers read this table; neither
+retypes a formula.  This module imports neither torch nor flint: both layers build on it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from fractions import Fraction
+from types import MappingProxyType
+from typing import Mapping
+
+import sympy as sp
+
+from specbound.vocabulary import LS_MATRIX_KINDS, MATRIX_KINDS
+
+from . import modern_blocks
+from .symbols import c_A, c_D, c_G, c_in, c_K, c_out, c_Q, c_U, c_V, group_sum
+
 GAMMA_KEY = {"QK": "A", "V_tilde": "V", "M_in": "M_in", "M_out": "M_out"}
-"""Theorem's sensitivity key (``Theorem.gamma``) of each matrix type."""
+"""Theorem's sensitivity key (``Theorem.gamma``) of each matrix type of the plain kinds."""
+
+LS_MODELS: tuple[str, ...] = ("ls", "ls_residual")
+"""The Llama-style variants (covered kinds vocabulary.LS_MATRIX_KINDS)."""
+
+GROUP_SUMMAND = c_V * c_Q
+"""One head's summand of ``Sigma_g = sum_{h in g} ||V~_h|| ||Q_h||`` (ls_model, proofs_notes/ls_model.md)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which kind feeds which theorem symbol in one variant.
+
+    ``head``: symbol -> kind of a per-head matrix (radius of head h's matrix; for the shared key
+    matrix ``K`` the matrix of head h's key/value group); ``layer``: symbol -> kind of a per-layer
+    matrix; ``gamma_key``: kind -> key of ``Theorem.gamma``; ``shared``: the kind indexed by the
+    key/value group rather than the head (its sensitivity takes ``Sigma_g``).
+    """
+
+    kinds: tuple[str, ...]
+    head: Mapping[sp.Symbol, str]
+    layer: Mapping[sp.Symbol, str]
+    gamma_key: Mapping[str, str]
+    shared: str | None = None
+
+
+_PLAIN = Layout(MATRIX_KINDS, MappingProxyType({c_A: "QK", c_V: "V_tilde"}),
+                MappingProxyType({c_in: "M_in", c_out: "M_out"}), MappingProxyType(GAMMA_KEY))
+_LS = Layout(LS_MATRIX_KINDS, MappingProxyType({c_Q: "Q", c_K: "K", c_V: "V_tilde"}),
+             MappingProxyType({c_G: "G", c_U: "U", c_D: "D"}),
+             MappingProxyType(dict(zip(LS_MATRIX_KINDS, modern_blocks.LS_MATRIX_KINDS))), shared="K")
+
+
+def layout(model: str) -> Layout:
+    """The :class:`Layout` of a model variant ("plain", "residual", "causal": the plain kinds)."""
+    return _LS if model in LS_MODELS else _PLAIN
+
+
+def kv_group(head: int, num_heads: int, num_kv_heads: int) -> int:
+    """The key/value group g(h) of query head ``head`` in grouped-query attention: consecutive
+    blocks of ``num_heads / num_kv_heads`` heads share one group (0 means one group per head)."""
+    if num_kv_heads <= 0:
+        return head
+    if num_heads % num_kv_heads:
+        raise ValueError(f"{num_heads} heads do not split into {num_kv_heads} key/value groups")
+    return head // (num_heads // num_kv_heads)
+
+
+def default_beta_c(num_layers: int, model: str) -> Fraction:
+    """The recommended spectral grid base: 1 + 1/(4L) for the plain kinds (four norms in a layer
+    product), the ls_model's ``beta_c`` = 1 + 1/(6L) for the LS variants (six norms)."""
+    if model in LS_MODELS:
+        expr = modern_blocks.ls_model.constants["beta_c"]
+        value = sp.Rational(expr.subs(next(iter(expr.free_symbols)), num_layers))
+        return Fraction(int(value.p), int(value.q))
+    return 1 + Fraction(1, 4 * num_layers)

@@ -395,15 +395,16 @@ def diff_report(a: Theorem, b: Theorem) -> list[str]:
     return out
 
 
-def theorem_for(settings, activation: str) -> Theorem:
-    """The assembled theorem in force for bound settings and a network's activation.
+def theorem_for(settings, activation: str, model: str = "plain") -> Theorem:
+    """The assembled theorem in force for bound settings, a network's activation and its model
+    variant (``AnalysisWeights.variant``).
 
     ``settings`` is any object with ``.overrides`` (pairs name, value), ``.massart`` and
     ``.dudley`` (e.g. :class:`specbound.plan.BoundSettings`); unknown activations raise a
     DerivationError.  Settings stay a value object: assembling a theorem is this layer's job.
     """
     return assemble(dict(settings.overrides) or None, massart=settings.massart,
-                    dudley=settings.dudley, activation=activation)
+                    dudley=settings.dudley, activation=activation, model=model)
 
 
 def unified_diff(a: str, b: str, names: tuple[str, str] = ("a", "b")) -> str:

@@ -46,7 +46,7 @@ def evaluate(
     if plan is None:
         # one set of facts (at the requested dtype) for planning and evaluating
         check_dtype(dtype)
-        ct = CompiledTheorem(theorem_for(settings, weights.activation))
+        ct = CompiledTheorem(theorem_for(settings, weights.activation, weights.variant))
         facts = network_facts(weights, spectra=spectra, dtype=dtype, device=device)
         return evaluate_facts(ct, facts, settings, plan_for(ct, facts, settings, margins), margins=margins,
                               dtype=dtype)

@@ -198,7 +198,7 @@ def evaluate_plan(
     spectra (float64 or float32; everything after them is float64).  Same code on CPU and CUDA.
     """
     check_dtype(dtype)
-    ct = CompiledTheorem(theorem_for(settings, weights.activation))
+    ct = CompiledTheorem(theorem_for(settings, weights.activation, weights.variant))
     facts = network_facts(weights, spectra=spectra, dtype=dtype, device=device)
     return evaluate_facts(ct, facts, settings, plan, margins=margins, dtype=dtype)
 

@@ -153,7 +153,7 @@ def choose_plan(
         if len(enclosures) != len(weights.matrices):
             raise SpecboundError(f"{len(enclosures)} enclosures for {len(weights.matrices)} matrices")
         spectra = enclosure_midpoints(enclosures)
-    ct = CompiledTheorem(theorem_for(settings, weights.activation))
+    ct = CompiledTheorem(theorem_for(settings, weights.activation, weights.variant))
     facts = network_facts(weights, spectra=spectra, device=device)
     return plan_for(ct, facts, settings, margins)
 

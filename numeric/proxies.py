@@ -165,6 +165,9 @@ def paper_proxies(
     ``spectra`` may be passed to reuse singular values already computed (they must be float64
     values of ``weights.matrices``).  Raises ``ValueError`` if a layer lacks a matrix.
     """
+    if any(m.kind not in ("QK", "V_tilde", "M_in", "M_out") for m in weights.matrices):
+        raise ValueError(f"the paper proxies are defined for the plain matrix kinds only; these weights "
+                         f"are the {weights.variant!r} analysis model")
     if spectra is None:
         spectra = compute_spectra(weights, device=device, progress=progress)
     L, H, N = weights.num_layers, weights.num_heads, weights.width

@@ -19,7 +19,7 @@ import numpy as np
 import sympy as sp
 import torch
 
-from specbound.derivation.assembly import GAMMA_KEY
+from specbound.derivation.assembly import GROUP_SUMMAND, kv_group, layout
 from specbound.derivation.backends import compile_expr
 from specbound.derivation.theorem import REGISTRY, Theorem, readout_free_forms
 from specbound.errors import SpecboundError
@@ -117,8 +117,11 @@ class NetworkFacts:
 
     ``values[j, :rank_cap[j]]`` are the top singular values of matrix j (decreasing), zero beyond;
     ``proven_rank[j]`` is the rank bound used at p = 0 (``rank_cap``; 0 when a factor is exactly
-    zero); ``dims[j] = m_j + n_j``.  ``qk``/``v`` are (L, H) row indices, ``m_in``/``m_out`` (L,).
-    ``readout_norm`` is ``||w||`` (None: no read-out in the checkpoint).
+    zero); ``dims[j] = m_j + n_j``.  ``heads`` maps each head symbol of the variant's layout
+    (:func:`specbound.derivation.assembly.layout`) to the (L, H) row indices of the matrix feeding
+    it (for the shared key matrix: the head's group), ``layers`` each layer symbol to (L,) rows;
+    ``group`` (H,) is the key/value group of each head.  ``readout_norm`` is ``||w||`` (None: no
+    read-out in the checkpoint).
     """
 
     matrices: tuple[NamedMatrix, ...]
@@ -126,13 +129,13 @@ class NetworkFacts:
     rank_cap: torch.Tensor
     proven_rank: torch.Tensor
     dims: torch.Tensor
-    qk: torch.Tensor
-    v: torch.Tensor
-    m_in: torch.Tensor
-    m_out: torch.Tensor
+    heads: dict
+    layers: dict
+    group: torch.Tensor
     width: int
     num_layers: int
     readout_norm: float | None
+    variant: str = "plain"
 
     @property
     def spectral(self) -> torch.Tensor:
@@ -216,17 +219,20 @@ def _is_structurally_zero(mat: NamedMatrix) -> bool:
     return mat.right is not None and not np.any(mat.right)
 
 
-def _layer_index(matrices: Sequence[NamedMatrix], num_layers: int, num_heads: int, device):
+def _layer_index(weights: AnalysisWeights, matrices: Sequence[NamedMatrix], device):
+    """Row indices feeding the variant's head and layer symbols, and the head -> group map."""
     where = {(m.layer, m.kind, m.head): j for j, m in enumerate(matrices)}
+    lay = layout(weights.variant)
+    H, L = weights.num_heads, weights.num_layers
+    group = [kv_group(h, H, weights.num_kv_heads) for h in range(H)]
+    as_t = lambda x: torch.tensor(x, dtype=torch.int64, device=device)  # noqa: E731
     try:
-        qk = [[where[(l, "QK", h)] for h in range(num_heads)] for l in range(num_layers)]
-        v = [[where[(l, "V_tilde", h)] for h in range(num_heads)] for l in range(num_layers)]
-        m_in = [where[(l, "M_in", -1)] for l in range(num_layers)]
-        m_out = [where[(l, "M_out", -1)] for l in range(num_layers)]
+        heads = {sym: as_t([[where[(l, kind, group[h] if kind == lay.shared else h)] for h in range(H)]
+                            for l in range(L)]) for sym, kind in lay.head.items()}
+        layers = {sym: as_t([where[(l, kind, -1)] for l in range(L)]) for sym, kind in lay.layer.items()}
     except KeyError as exc:
         raise SpecboundError(f"weights lack matrix (layer, type, head) = {exc.args[0]}") from None
-    as_t = lambda x: torch.tensor(x, dtype=torch.int64, device=device)  # noqa: E731
-    return as_t(qk), as_t(v), as_t(m_in), as_t(m_out)
+    return heads, layers, as_t(group)
 
 
 def network_facts(
@@ -253,11 +259,11 @@ def network_facts(
     proven = torch.where(zero, 0.0, rank_cap)
     values = torch.where(zero[:, None], 0.0, values)
     dims = torch.tensor([float(sum(m.shape)) for m in mats], dtype=torch.float64, device=device)
-    qk, v, m_in, m_out = _layer_index(mats, weights.num_layers, weights.num_heads, device)
+    heads, layers, group = _layer_index(weights, mats, device)
     w = weights.readout
     norm = None if w is None else float(np.linalg.norm(np.asarray(w, dtype=np.float64)))
-    return NetworkFacts(mats, values, rank_cap, proven, dims, qk, v, m_in, m_out,
-                        int(weights.width), int(weights.num_layers), norm)
+    return NetworkFacts(mats, values, rank_cap, proven, dims, heads, layers, group,
+                        int(weights.width), int(weights.num_layers), norm, weights.variant)
 
 
 # -- grids and radii ------------------------------------------------------------------------------
@@ -345,36 +351,51 @@ def readout_radius(facts: NetworkFacts, settings: BoundSettings) -> tuple[str, f
     return "trained", power(settings.beta_w, k_w), k_w
 
 
+def _call(ct: CompiledTheorem, name: str, values: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """``ct(name)`` with the arguments its expression needs taken from ``values`` by name."""
+    fn = ct.fn(name)
+    return ct(name, **{str(a): values[str(a)] for a in fn.args})
+
+
 def sensitivities(
     ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, rho: torch.Tensor
 ) -> Sensitivities:
     """Radii c~, layer constants and kappa_j = B_w alpha_l(j) gamma_j / rho for every margin in
     ``rho`` (any shape; kappa gets shape ``rho.shape + (J,)``)."""
-    beta_c = settings.base_c(facts.num_layers)
+    beta_c = settings.base_c(facts.num_layers, facts.variant)
     k_c = grid_up(facts.spectral, beta_c)
     c = power(beta_c, k_c)
-    head = ct("head_summand", c_A=c[facts.qk], c_V=c[facts.v])
-    lip = ct("layer_lipschitz", Sigma_h=head.sum(dim=1), c_in=c[facts.m_in], c_out=c[facts.m_out])
+    lay = layout(facts.variant)
+    head_c = {str(sym): c[ix] for sym, ix in facts.heads.items()}  # (L, H) each
+    layer_c = {str(sym): c[ix] for sym, ix in facts.layers.items()}  # (L,) each
+    head = _call(ct, "head_summand", head_c)
+    lip = _call(ct, "layer_lipschitz", layer_c | {"Sigma_h": head.sum(dim=1)})
     # alpha_l = product of the later layers' constants (alpha_L = 1), by the theorem's alpha_step
     alphas = [torch.ones((), dtype=torch.float64, device=c.device)]
     for l in range(facts.num_layers - 1, 0, -1):
         alphas.append(ct("alpha_step", alpha=alphas[-1], mathcal_L=lip[l]))
     alpha = torch.stack(alphas[::-1])
     layer = torch.tensor([m.layer for m in facts.matrices], device=c.device)
+    head_of = torch.tensor([max(m.head, 0) for m in facts.matrices], device=c.device)
     gamma = torch.empty_like(c)
-    c_in, c_out = c[facts.m_in][layer], c[facts.m_out][layer]
-    v_of = {(m.layer, m.head): j for j, m in enumerate(facts.matrices) if m.kind == "V_tilde"}
-    for kind, key in GAMMA_KEY.items():
+    if lay.shared is not None:  # Sigma_g per (layer, group): the heads' GROUP_SUMMAND added up
+        one = compile_expr(GROUP_SUMMAND, "torch")
+        per_head = one(*(head_c[str(a)] for a in one.args))
+        n_groups = int(facts.group.max()) + 1 if facts.group.numel() else 0
+        sigma_g = torch.zeros((facts.num_layers, n_groups), dtype=c.dtype, device=c.device)
+        sigma_g.index_add_(1, facts.group, per_head)
+    for kind, key in lay.gamma_key.items():
         rows = [j for j, m in enumerate(facts.matrices) if m.kind == kind]
         if not rows:
             continue
         ix = torch.tensor(rows, device=c.device)
-        c_v = c[torch.tensor([v_of[(facts.matrices[j].layer, facts.matrices[j].head)] for j in rows],
-                             device=c.device)] if kind == "QK" else None
-        args = {"c_V": c_v, "c_in": c_in[ix], "c_out": c_out[ix]}
-        fn = ct.fn("gamma_" + key)
-        g = ct("gamma_" + key, **{str(a): args[str(a)] for a in fn.args})
-        gamma[ix] = torch.broadcast_to(g.to(gamma), ix.shape)
+        args = {name: val[layer[ix]] for name, val in layer_c.items()}
+        if kind == lay.shared:
+            args["Sigma_g"] = sigma_g[layer[ix], head_of[ix]]
+        elif facts.matrices[rows[0]].head >= 0:
+            args |= {name: val[layer[ix], head_of[ix]] for name, val in head_c.items()}
+        g = _call(ct, "gamma_" + key, args)
+        gamma[ix] = torch.broadcast_to(torch.as_tensor(g).to(gamma), ix.shape)
     readout, B_w, k_w = readout_radius(facts, settings)
     rho = torch.as_tensor(rho, dtype=torch.float64, device=c.device)
     kappa = ct("kappa", B_w=B_w, alpha=alpha[layer], gamma=gamma, rho=rho[..., None])

@@ -14,6 +14,20 @@ with ``Pi(x) = x / max(1, ||x||_2)`` row by row.  The input is ``X^(0) = Pi(E[to
 ``E`` and ``P`` are *fixed* (drawn from a seed, registered as buffers, never trained), because the
 theorem needs the inputs ``X_i`` to be a function of the data alone, chosen before the sample.
 
+Variants (``Architecture.variant``, proofs_notes/theory.md sections 1 and 11):
+
+* ``plain``: the model above;
+* ``causal`` (GPT-2 style): the same weights, a causal mask (token t attends to s <= t) and the
+  read-out at the *last* token, ``f(X) = <w, x_T^(L)>``;
+* ``residual``: the plain model with residual connections inside the projections,
+  ``Y = Pi(X + Att(X))``, ``X' = Pi(Y + F(Y))`` (proofs_notes/residual_variant.md); ``ls_residual`` the same
+  for LS;
+* ``ls`` (Llama style): no positional embedding; per layer query matrices ``W_Q[h]`` (H, N, d),
+  key/value matrices ``W_K[g], W_V[g]`` shared by the heads of key/value group g (grouped-query
+  attention, ``num_kv_heads`` groups), ``W_O[h]``; rotary embeddings applied to ``x_t W_Q[h]`` and
+  ``x_s W_K[g]`` from fixed tables (:func:`rope_tables`), the causal mask, and the gated
+  feed-forward ``F(Y) = (silu(Y G) * (Y U)) D``; read-out at the last token.
+
 Checkpoints use the project's own format ``specbound-analysis-v1`` (docs/checkpoint_format.md): one
 safetensors file, float64 tensors, architecture in the string metadata.
 """
@@ -32,8 +46,14 @@ import torch
 from torch import nn
 
 from specbound.checkpoint import open_checkpoint
+from specbound.derivation.assembly import kv_group
 from specbound.errors import CheckpointError, LayoutError, NonFiniteError
 from specbound.vocabulary import ACTIVATIONS, ANALYSIS_LAYOUT
+
+MODEL_VARIANTS_TRAINABLE: tuple[str, ...] = ("plain", "residual", "causal", "ls", "ls_residual")
+"""The variants of vocabulary.MODEL_VARIANTS this reference model implements."""
+ROPE_BASE = 10000.0
+"""Default rotary base theta of the LS variant (the angle of pair i at position t is t theta^(-2i/d))."""
 
 FORMAT = ANALYSIS_LAYOUT
 
@@ -55,6 +75,30 @@ class Architecture:
     vocab_size: int
     seq_len: int
     activation: str = "gelu"
+    variant: str = "plain"
+    num_kv_heads: int = 0
+    """LS variant: key/value groups (0 means one per head); must divide ``num_heads``."""
+    rope_base: float = ROPE_BASE
+
+    @property
+    def kv_heads(self) -> int:
+        """Number of key/value groups actually used (``num_heads`` for the plain kinds)."""
+        return self.num_kv_heads if (self.is_ls and self.num_kv_heads > 0) else self.num_heads
+
+    @property
+    def is_ls(self) -> bool:
+        """Llama-style blocks (RoPE, grouped keys, gated feed-forward)."""
+        return self.variant in ("ls", "ls_residual")
+
+    @property
+    def is_residual(self) -> bool:
+        """Residual connections inside Pi: Y = Pi(X + Att(X)), X' = Pi(Y + F(Y)) (variant R)."""
+        return self.variant in ("residual", "ls_residual")
+
+    @property
+    def is_causal(self) -> bool:
+        """Causal mask and read-out at the last token (every variant but plain and residual)."""
+        return self.variant not in ("plain", "residual")
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_heads", "width", "head_dim", "ff_dim", "vocab_size"):
@@ -64,6 +108,19 @@ class Architecture:
             raise LayoutError(f"architecture: seq_len must be >= 0, got {self.seq_len}")
         if self.activation not in ACTIVATIONS:
             raise LayoutError(f"architecture: unknown activation {self.activation!r} (use one of {ACTIVATIONS})")
+        if self.variant not in MODEL_VARIANTS_TRAINABLE:
+            raise LayoutError(f"architecture: variant {self.variant!r} is not implemented by the reference "
+                              f"model (use one of {MODEL_VARIANTS_TRAINABLE})")
+        if self.is_ls:
+            if self.num_heads % self.kv_heads:
+                raise LayoutError(f"architecture: {self.num_heads} heads do not split into "
+                                  f"{self.kv_heads} key/value groups")
+            if self.head_dim % 2:
+                raise LayoutError("architecture: rotary embeddings need an even head_dim")
+            if self.seq_len < 1:
+                raise LayoutError("architecture: the LS variant needs seq_len >= 1 (rotary table length)")
+            if not (self.rope_base > 1.0):
+                raise LayoutError("architecture: rope_base must be > 1")
 
 
 def project_rows(x: torch.Tensor) -> torch.Tensor:
@@ -80,6 +137,8 @@ def activation_fn(name: str):
         return lambda t: torch.nn.functional.gelu(t, approximate="tanh")
     if name == "relu":
         return torch.relu
+    if name == "silu":
+        return torch.nn.functional.silu
     raise LayoutError(f"unknown activation {name!r} (use one of {ACTIVATIONS})")
 
 
@@ -94,6 +153,46 @@ def fixed_embedding(vocab_size: int, seq_len: int, width: int, seed: int) -> tup
     E = rng.standard_normal((vocab_size, width)) * scale
     P = rng.standard_normal((seq_len, width)) * scale
     return E, P
+
+
+def rope_tables(seq_len: int, head_dim: int, base: float = ROPE_BASE) -> tuple[np.ndarray, np.ndarray]:
+    """binary64 cos/sin tables (seq_len, head_dim/2) of the angles ``t base^(-2i/head_dim)``,
+    adjusted so that every pair satisfies ``c^2 + s^2 <= 1`` *exactly* (checked in rationals).
+
+    The rotation of pair i at position t is the 2x2 block ``[[c, s], [-s, c]]`` of norm
+    ``sqrt(c^2 + s^2)``; with this adjustment every block has norm <= 1, so the theorem's rotation
+    bound rho_R = 1 holds for the tables actually used (proofs_notes/rope_attention.md).  Where the
+    rounded values overshoot, the larger magnitude is moved one ulp toward 0 until they do not.
+    """
+    half = head_dim // 2
+    inv = base ** (-2.0 * np.arange(half, dtype=np.float64) / head_dim)
+    angles = np.arange(seq_len, dtype=np.float64)[:, None] * inv[None, :]
+    cos, sin = np.cos(angles), np.sin(angles)
+    from fractions import Fraction
+
+    for idx in zip(*np.nonzero(cos * cos + sin * sin >= 1.0 - 1e-15)):
+        c, s_ = float(cos[idx]), float(sin[idx])
+        while Fraction(c) ** 2 + Fraction(s_) ** 2 > 1:
+            if abs(c) >= abs(s_):
+                c = float(np.nextafter(c, 0.0))
+            else:
+                s_ = float(np.nextafter(s_, 0.0))
+        cos[idx], sin[idx] = c, s_
+    return cos, sin
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate each row ``x[..., t, :]`` by position t's blocks: pair i is (x_i, x_{i + d/2}) and
+    maps to ``(x_i c - x_{i+d/2} s, x_i s + x_{i+d/2} c)`` (the half-split convention)."""
+    T, half = x.shape[-2], x.shape[-1] // 2
+    c, s = cos[:T], sin[:T]
+    a, b = x[..., :half], x[..., half:]
+    return torch.cat([a * c - b * s, a * s + b * c], dim=-1)
+
+
+def causal_mask(T: int, device=None) -> torch.Tensor:
+    """(T, T) boolean: True where token t may attend to token s (s <= t)."""
+    return torch.tril(torch.ones((T, T), dtype=torch.bool, device=device))
 
 
 class AnalysisTransformer(nn.Module):
@@ -128,17 +227,38 @@ class AnalysisTransformer(nn.Module):
             # Scale 1/sqrt(fan_in) keeps every product map of norm O(1) at initialisation.
             return nn.Parameter(torch.tensor(rng.standard_normal(shape) / np.sqrt(fan_in), dtype=dtype))
 
+        G = arch.kv_heads
         self.W_Q = nn.ParameterList([param((H, N, d), N) for _ in range(arch.num_layers)])
-        self.W_K = nn.ParameterList([param((H, N, d), N) for _ in range(arch.num_layers)])
-        self.W_V = nn.ParameterList([param((H, N, d), N) for _ in range(arch.num_layers)])
+        self.W_K = nn.ParameterList([param((G, N, d), N) for _ in range(arch.num_layers)])
+        self.W_V = nn.ParameterList([param((G, N, d), N) for _ in range(arch.num_layers)])
         self.W_O = nn.ParameterList([param((H, d, N), d) for _ in range(arch.num_layers)])
-        self.M_in = nn.ParameterList([param((N, F), N) for _ in range(arch.num_layers)])
-        self.M_out = nn.ParameterList([param((F, N), F) for _ in range(arch.num_layers)])
+        if arch.is_ls:
+            self.ff_G = nn.ParameterList([param((N, F), N) for _ in range(arch.num_layers)])
+            self.ff_U = nn.ParameterList([param((N, F), N) for _ in range(arch.num_layers)])
+            self.ff_D = nn.ParameterList([param((F, N), F) for _ in range(arch.num_layers)])
+            cos, sin = rope_tables(arch.seq_len, d, arch.rope_base)
+            self.register_buffer("rope_cos", torch.tensor(cos, dtype=dtype))
+            self.register_buffer("rope_sin", torch.tensor(sin, dtype=dtype))
+        else:
+            self.M_in = nn.ParameterList([param((N, F), N) for _ in range(arch.num_layers)])
+            self.M_out = nn.ParameterList([param((F, N), F) for _ in range(arch.num_layers)])
         self.w = param((N,), N)
+
+    @property
+    def readout_token(self) -> int:
+        """Index of the read-out token: 0 (CLS) for the plain model, -1 (last) otherwise."""
+        return -1 if self.arch.is_causal else 0
+
+    def ff_names(self) -> tuple[str, ...]:
+        return ("G", "U", "D") if self.arch.is_ls else ("M_in", "M_out")
+
+    def ff_params(self, name: str) -> nn.ParameterList:
+        return getattr(self, "ff_" + name) if self.arch.is_ls else getattr(self, name)
 
     # ----------------------------------------------------------------- forward pass
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        """``X^(0) = Pi(E[tokens] + P[:T])`` for int64 ids of shape (B, T); returns (B, T, N)."""
+        """``X^(0) = Pi(E[tokens] + P[:T])`` for int64 ids of shape (B, T); returns (B, T, N)
+        (LS: ``Pi(E[tokens])``, positions enter through the rotary tables)."""
         tokens = torch.as_tensor(tokens)
         if tokens.dim() != 2:
             raise LayoutError(f"tokens must have shape (batch, length), got {tuple(tokens.shape)}")
@@ -148,55 +268,78 @@ class AnalysisTransformer(nn.Module):
         if int(tokens.min()) < 0 or int(tokens.max()) >= self.arch.vocab_size:
             raise LayoutError(f"tokens: ids must lie in [0, {self.arch.vocab_size})")
         x = self.E[tokens]
-        if self.arch.seq_len > 0:
-            if T > self.arch.seq_len:
-                raise LayoutError(f"tokens: length {T} exceeds the positional embedding's {self.arch.seq_len}")
+        if self.arch.seq_len > 0 and T > self.arch.seq_len:
+            raise LayoutError(f"tokens: length {T} exceeds the model's {self.arch.seq_len} positions")
+        if self.arch.seq_len > 0 and not self.arch.is_ls:
             x = x + self.P[:T]
         return project_rows(x)
 
     def attention(self, layer: int, X: torch.Tensor) -> torch.Tensor:
-        """``Att_l(X) = sum_h softmax(X A_h X^T) X V_h`` for X of shape (B, T, N) (before ``Pi``)."""
+        """``Att_l(X) = sum_h softmax(X A_h X^T) X V_h`` for X of shape (B, T, N) (before ``Pi``);
+        masked causally for the causal and LS variants, with rotary embeddings for LS."""
         # X W_Q (X W_K)^T = X A X^T and (softmax X W_V) W_O = softmax X V: the factored forms are the
         # same real maps, evaluated in fewer flops.
+        group = torch.tensor([self.group_of(h) for h in range(self.arch.num_heads)], device=X.device)
         Q = torch.einsum("btn,hnd->bhtd", X, self.W_Q[layer])
-        K = torch.einsum("btn,hnd->bhtd", X, self.W_K[layer])
-        Vx = torch.einsum("btn,hnd->bhtd", X, self.W_V[layer])
-        weights = torch.softmax(Q @ K.transpose(-1, -2), dim=-1)
+        K = torch.einsum("btn,gnd->bgtd", X, self.W_K[layer])[:, group]
+        Vx = torch.einsum("btn,gnd->bgtd", X, self.W_V[layer])[:, group]
+        if self.arch.is_ls:
+            Q, K = apply_rope(Q, self.rope_cos, self.rope_sin), apply_rope(K, self.rope_cos, self.rope_sin)
+        scores = Q @ K.transpose(-1, -2)
+        if self.arch.is_causal:
+            scores = scores.masked_fill(~causal_mask(X.shape[1], X.device), float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
         heads = weights @ Vx
         return torch.einsum("bhtd,hdn->btn", heads, self.W_O[layer])
+
+    def feed_forward(self, layer: int, Y: torch.Tensor) -> torch.Tensor:
+        """``phi(Y M_in) M_out``, or for LS the gated ``(phi(Y G) * (Y U)) D`` (before ``Pi``)."""
+        if self.arch.is_ls:
+            return (self.phi(Y @ self.ff_G[layer]) * (Y @ self.ff_U[layer])) @ self.ff_D[layer]
+        return self.phi(Y @ self.M_in[layer]) @ self.M_out[layer]
 
     def layers(self, tokens: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
         """Every intermediate, in order: ``X0``, then ``Y{l}`` and ``X{l}`` for l = 1..L (1-based)."""
         X = self.embed(tokens)
         out = [("X0", X)]
         for l in range(self.arch.num_layers):
-            Y = project_rows(self.attention(l, X))
-            X = project_rows(self.phi(Y @ self.M_in[l]) @ self.M_out[l])
+            Y = project_rows(self.attention(l, X) + (X if self.arch.is_residual else 0))
+            X = project_rows(self.feed_forward(l, Y) + (Y if self.arch.is_residual else 0))
             out += [(f"Y{l + 1}", Y), (f"X{l + 1}", X)]
         return out
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """``f(X) = <w, x_1^(L)>`` for each sequence; returns shape (B,)."""
+        """``f(X) = <w, x_tau^(L)>`` at the read-out token tau; returns shape (B,)."""
         X = self.layers(tokens)[-1][1]
-        return X[:, 0, :] @ self.w
+        return X[:, self.readout_token, :] @ self.w
+
+    def group_of(self, head: int) -> int:
+        """Key/value group of a query head (consecutive blocks of heads share a group)."""
+        return kv_group(head, self.arch.num_heads, self.arch.kv_heads)
 
     # ------------------------------------------------------------- covered matrices
     def score_matrix(self, layer: int, head: int) -> torch.Tensor:
-        """float value of ``A_lh = W_Q[h] W_K[h]^T`` (N x N)."""
+        """float value of ``A_lh = W_Q[h] W_K[h]^T`` (N x N; plain kinds only)."""
         return self.W_Q[layer][head] @ self.W_K[layer][head].T
 
     def value_matrix(self, layer: int, head: int) -> torch.Tensor:
-        """float value of ``V_lh = W_V[h] W_O[h]`` (N x N)."""
-        return self.W_V[layer][head] @ self.W_O[layer][head]
+        """float value of ``V_lh = W_V[g(h)] W_O[h]`` (N x N)."""
+        return self.W_V[layer][self.group_of(head)] @ self.W_O[layer][head]
 
     def covered_matrices(self) -> list[torch.Tensor]:
-        """The ``J = L(2H + 2)`` covered matrices (float products), order: per layer QK of every
-        head, V of every head, M_in, M_out (proofs_notes/theory.md section 4 telescoping order)."""
+        """The covered matrices (float products) in canonical order: per layer QK of every head,
+        V of every head, M_in, M_out (proofs_notes/theory.md section 4 telescoping order); for LS
+        Q of every head, K of every group, V_tilde of every head, G, U, D (section 11)."""
         mats: list[torch.Tensor] = []
+        H = self.arch.num_heads
         for l in range(self.arch.num_layers):
-            mats += [self.score_matrix(l, h) for h in range(self.arch.num_heads)]
-            mats += [self.value_matrix(l, h) for h in range(self.arch.num_heads)]
-            mats += [self.M_in[l], self.M_out[l]]
+            if self.arch.is_ls:
+                mats += [self.W_Q[l][h] for h in range(H)]
+                mats += [self.W_K[l][g] for g in range(self.arch.kv_heads)]
+            else:
+                mats += [self.score_matrix(l, h) for h in range(H)]
+            mats += [self.value_matrix(l, h) for h in range(H)]
+            mats += [self.ff_params(name)[l] for name in self.ff_names()]
         return mats
 
     # ---------------------------------------------------------------- checkpoints
@@ -206,11 +349,14 @@ class AnalysisTransformer(nn.Module):
         for l in range(self.arch.num_layers):
             for name, plist in (("W_Q", self.W_Q), ("W_K", self.W_K), ("W_V", self.W_V), ("W_O", self.W_O)):
                 out[f"layers.{l}.attn.{name}"] = _np64(plist[l])
-            out[f"layers.{l}.ff.M_in"] = _np64(self.M_in[l])
-            out[f"layers.{l}.ff.M_out"] = _np64(self.M_out[l])
+            for name in self.ff_names():
+                out[f"layers.{l}.ff.{name}"] = _np64(self.ff_params(name)[l])
         out["readout.w"] = _np64(self.w)
         out["embedding.E"] = _np64(self.E)
-        if self.arch.seq_len > 0:
+        if self.arch.is_ls:  # the exact tables used: the certified pass reads them back
+            out["rope.cos"] = _np64(self.rope_cos)
+            out["rope.sin"] = _np64(self.rope_sin)
+        elif self.arch.seq_len > 0:
             out["embedding.P"] = _np64(self.P)
         return out
 
@@ -226,6 +372,11 @@ class AnalysisTransformer(nn.Module):
             "ff_dim": str(a.ff_dim),
             "embedding_seed": str(self.embed_seed),
         }
+        if a.variant != "plain":  # plain checkpoints stay byte-identical to earlier versions
+            meta["variant"] = a.variant
+        if a.is_ls:
+            meta["num_kv_heads"] = str(a.kv_heads)
+            meta["rope_base"] = repr(float(a.rope_base))
         if self.task:
             meta["task"] = self.task
         return meta
@@ -252,11 +403,14 @@ class AnalysisTransformer(nn.Module):
             for l in range(arch.num_layers):
                 for name in ("W_Q", "W_K", "W_V", "W_O"):
                     getattr(model, name)[l].copy_(torch.from_numpy(tensors[f"layers.{l}.attn.{name}"]))
-                model.M_in[l].copy_(torch.from_numpy(tensors[f"layers.{l}.ff.M_in"]))
-                model.M_out[l].copy_(torch.from_numpy(tensors[f"layers.{l}.ff.M_out"]))
+                for name in model.ff_names():
+                    model.ff_params(name)[l].copy_(torch.from_numpy(tensors[f"layers.{l}.ff.{name}"]))
             model.w.copy_(torch.from_numpy(tensors["readout.w"]))
             model.E.copy_(torch.from_numpy(tensors["embedding.E"]))
-            if arch.seq_len > 0:
+            if arch.is_ls:  # the stored tables are the ones used (bit for bit)
+                model.rope_cos.copy_(torch.from_numpy(tensors["rope.cos"]))
+                model.rope_sin.copy_(torch.from_numpy(tensors["rope.sin"]))
+            elif arch.seq_len > 0:
                 model.P.copy_(torch.from_numpy(tensors["embedding.P"]))
         return model
 
@@ -286,18 +440,33 @@ def architecture_from(tensors: dict[str, np.ndarray], meta: dict[str, str], path
         raise LayoutError(f"{path}: metadata lacks a decimal {exc}") from None
     if "embedding.E" not in tensors:
         raise LayoutError(f"{path}: missing tensor embedding.E")
+    variant = meta.get("variant", "plain")
     V = tensors["embedding.E"].shape[0]
-    T = tensors["embedding.P"].shape[0] if "embedding.P" in tensors else 0
-    arch = Architecture(L, H, N, d, F, V, T, meta.get("activation", "gelu"))
+    is_ls = variant in ("ls", "ls_residual")
+    table = "rope.cos" if is_ls else "embedding.P"
+    T = tensors[table].shape[0] if table in tensors else 0
+    try:
+        G = int(meta.get("num_kv_heads", "0") or 0)
+        base = float(meta.get("rope_base", repr(ROPE_BASE)))
+    except ValueError as exc:
+        raise LayoutError(f"{path}: metadata num_kv_heads/rope_base is not a number ({exc})") from None
+    arch = Architecture(L, H, N, d, F, V, T, meta.get("activation", "gelu"), variant, G, base)
+    G = arch.kv_heads
     expected = {"readout.w": (N,), "embedding.E": (V, N)}
-    if T:
+    if is_ls:
+        expected["rope.cos"] = expected["rope.sin"] = (T, d // 2)
+    elif T:
         expected["embedding.P"] = (T, N)
     for l in range(L):
         expected.update({
-            f"layers.{l}.attn.W_Q": (H, N, d), f"layers.{l}.attn.W_K": (H, N, d),
-            f"layers.{l}.attn.W_V": (H, N, d), f"layers.{l}.attn.W_O": (H, d, N),
-            f"layers.{l}.ff.M_in": (N, F), f"layers.{l}.ff.M_out": (F, N),
+            f"layers.{l}.attn.W_Q": (H, N, d), f"layers.{l}.attn.W_K": (G, N, d),
+            f"layers.{l}.attn.W_V": (G, N, d), f"layers.{l}.attn.W_O": (H, d, N),
         })
+        if is_ls:
+            expected.update({f"layers.{l}.ff.G": (N, F), f"layers.{l}.ff.U": (N, F),
+                             f"layers.{l}.ff.D": (F, N)})
+        else:
+            expected.update({f"layers.{l}.ff.M_in": (N, F), f"layers.{l}.ff.M_out": (F, N)})
     for name, shape in expected.items():
         if name not in tensors:
             raise LayoutError(f"{path}: missing tensor {name}")

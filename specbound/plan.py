@@ -60,9 +60,13 @@ class BoundSettings:
         if self.readout not in ("trained", "fixed"):
             raise SpecboundError(f"readout must be 'trained' or 'fixed', got {self.readout!r}")
 
-    def base_c(self, num_layers: int) -> Fraction:
-        """beta_c, by default 1 + 1/(4L) (proofs_notes/theory.md section 6, recommended bases)."""
-        return Fraction(self.beta_c) if self.beta_c is not None else 1 + Fraction(1, 4 * num_layers)
+    def base_c(self, num_layers: int, model: str = "plain") -> Fraction:
+        """beta_c, by default 1 + 1/(4L), 1 + 1/(6L) for the LS variants (proofs_notes/theory.md
+        section 6, recommended bases; :func:`specbound.derivation.assembly.default_beta_c`)."""
+        if self.beta_c is not None:
+            return Fraction(self.beta_c)
+        from specbound.derivation.assembly import default_beta_c
+        return default_beta_c(num_layers, model)
 
 
 @dataclass(frozen=True)

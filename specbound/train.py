@@ -43,6 +43,8 @@ class TrainConfig:
     head_dim: int = 8
     ff_dim: int = 64
     activation: str = "gelu"
+    variant: str = "plain"
+    num_kv_heads: int = 0
     steps: int = 1000
     lr: float = 3e-3
     batch: int = 128
@@ -70,7 +72,8 @@ class TrainConfig:
 
     def architecture(self, task: Task) -> Architecture:
         return Architecture(self.num_layers, self.num_heads, self.width, self.head_dim, self.ff_dim,
-                            task.vocab_size, task.seq_len, self.activation)
+                            task.vocab_size, task.seq_len, self.activation, self.variant,
+                            self.num_kv_heads)
 
 
 @contextlib.contextmanager

@@ -97,7 +97,8 @@ def _check_claims(cert: dict, weights, settings: BoundSettings, checkpoint, rep:
     arch = cert.get("architecture") or {}
     fresh_arch = {"num_layers": weights.num_layers, "num_heads": weights.num_heads, "width": weights.width,
                   "head_dim": weights.head_dim, "ff_dim": weights.ff_dim, "activation": weights.activation,
-                  "num_matrices": len(weights.matrices)}
+                  "num_matrices": len(weights.matrices), "variant": weights.variant,
+                  "num_kv_heads": weights.num_kv_heads}
     for key, value in fresh_arch.items():
         rep.compare(f"architecture.{key}", arch.get(key), value)
     rep.compare("checkpoint.layout", cert["checkpoint"].get("layout"), weights.layout)
@@ -109,7 +110,7 @@ def _check_claims(cert: dict, weights, settings: BoundSettings, checkpoint, rep:
     rep.compare("settings.grid_m", int(st["grid_m"]), grid_m(replace(settings, grid_m=None), weights))
     rep.compare("plan.m", int(cert["plan"]["m"]), int(st["grid_m"]))
     defaults = BoundSettings(n=1)
-    proven_bases = {"beta_c": frac(defaults.base_c(weights.num_layers)), "beta_s": frac(defaults.beta_s),
+    proven_bases = {"beta_c": frac(defaults.base_c(weights.num_layers, weights.variant)), "beta_s": frac(defaults.beta_s),
                     "beta_w": frac(defaults.beta_w), "beta_rho": frac(defaults.beta_rho)}
     for key, value in proven_bases.items():
         rep.compare(f"settings.bases.{key}", frac(Fraction(st["bases"][key])), value)
@@ -174,6 +175,11 @@ def _verify(cert: dict, checkpoint, recompute_empirical: bool) -> VerificationRe
     if weights.sha256 != ck.get("sha256"):
         rep.add("checkpoint.sha256", ck.get("sha256"), weights.sha256)
         return rep  # a different network: nothing below is comparable
+    rep.checked += 1
+    recorded_variant = cert.get("architecture", {}).get("variant", "plain")
+    if recorded_variant != weights.variant:
+        rep.add("architecture.variant", recorded_variant, weights.variant)
+        return rep  # another theorem: nothing below is comparable
     try:
         settings = settings_from(cert)
         plan = plan_from(cert)

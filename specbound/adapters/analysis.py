@@ -13,6 +13,12 @@ Covered matrices (proofs_notes/theory.md section 1, row-vector convention, no re
 * ``V_tilde_lh = W_V[h] @ W_O[h]``    kept factored as (left=W_V[h], right=W_O[h]),   rank <= d;
 * ``M_in``, ``M_out`` dense as stored.
 
+Variants (metadata ``variant``, docs/checkpoint_format.md): ``causal`` has the same tensors (causal
+mask, read-out at the last token); ``ls`` has ``W_K``, ``W_V`` of shape (n_kv, N, d), the gated
+feed-forward ``layers.{l}.ff.G`` (N, d_ff), ``ff.U`` (N, d_ff), ``ff.D`` (d_ff, N) and the rotary
+tables ``rope.cos``, ``rope.sin`` (T, d/2), and covers ``Q_h = W_Q[h]``, ``K_g = W_K[g]``,
+``V_tilde_h = W_V[g(h)] W_O[h]`` (factored), ``G``, ``U``, ``D`` (vocabulary.LS_MATRIX_KINDS).
+
 Architecture facts come from the metadata (``num_layers``, ``num_heads``, ``width``, ``head_dim``,
 ``ff_dim``, ``activation``) when present and from the tensor shapes otherwise; every tensor used is
 checked against them, so metadata that disagrees with the tensors is an error, not a silent choice.
@@ -26,10 +32,13 @@ import numpy as np
 
 from ..errors import LayoutError
 from ..scope import ModelScope
+from ..derivation.assembly import kv_group
 from ..matrices import AnalysisWeights, NamedMatrix, ordered
+from ..vocabulary import MODEL_VARIANTS
 from . import _checks
 
 LAYOUT = "specbound-analysis-v1"
+_LS = ("ls", "ls_residual")
 EXPECTED = "layers.{l}.attn.W_Q/W_K/W_V/W_O, layers.{l}.ff.M_in/M_out, readout.w"
 
 _LAYER = re.compile(r"^layers\.(\d+)\.")
@@ -60,9 +69,10 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) 
     def stated(key: str) -> int | None:
         return _checks.positive_int(ckpt, key, meta.get(key), "metadata")
 
+    ff0 = "layers.0.ff.G" if meta.get("variant") in _LS else "layers.0.ff.M_in"
     q0 = ckpt.shape("layers.0.attn.W_Q")
-    m0 = ckpt.shape("layers.0.ff.M_in")
-    for name, shp, rank in (("layers.0.attn.W_Q", q0, 3), ("layers.0.ff.M_in", m0, 2)):
+    m0 = ckpt.shape(ff0)
+    for name, shp, rank in (("layers.0.attn.W_Q", q0, 3), (ff0, m0, 2)):
         if len(shp) != rank:
             raise LayoutError(
                 f"{ckpt.path}: tensor '{name}' has shape {tuple(shp)} ({len(shp)}-D), "
@@ -81,6 +91,12 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) 
         )
     act = _checks.activation(ckpt, act)
 
+    variant = meta.get("variant", "plain")
+    if variant not in MODEL_VARIANTS:
+        raise LayoutError(f"{ckpt.path}: unsupported variant {variant!r} (supported: {', '.join(MODEL_VARIANTS)})")
+    if variant in _LS:
+        return _adapt_ls(ckpt, meta, L, H, N, d, d_ff, act, variant)
+
     matrices: list[NamedMatrix] = []
     for l in range(L):
         p = f"layers.{l}."
@@ -96,7 +112,39 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) 
         matrices.append(NamedMatrix(l, -1, "M_in", ckpt.tensor(p + "ff.M_in", (N, d_ff))))
         matrices.append(NamedMatrix(l, -1, "M_out", ckpt.tensor(p + "ff.M_out", (d_ff, N))))
     readout = ckpt.tensor("readout.w", (N,))
+    return _weights(ckpt, meta, matrices, readout, L, H, N, d, d_ff, act, variant, 0)
 
+
+def _adapt_ls(ckpt, meta, L, H, N, d, d_ff, act, variant) -> AnalysisWeights:
+    """The LS variant's covered matrices (module contract) and its rotary tables."""
+    G = _checks.positive_int(ckpt, "num_kv_heads", meta.get("num_kv_heads"), "metadata") or H
+    if H % G:
+        raise LayoutError(f"{ckpt.path}: {H} heads do not split into {G} key/value groups")
+    matrices: list[NamedMatrix] = []
+    for l in range(L):
+        p = f"layers.{l}."
+        W_Q = ckpt.tensor(p + "attn.W_Q", (H, N, d))
+        W_K = ckpt.tensor(p + "attn.W_K", (G, N, d))
+        W_V = ckpt.tensor(p + "attn.W_V", (G, N, d))
+        W_O = ckpt.tensor(p + "attn.W_O", (H, d, N))
+        matrices += [NamedMatrix(l, h, "Q", W_Q[h].copy()) for h in range(H)]
+        matrices += [NamedMatrix(l, g, "K", W_K[g].copy()) for g in range(G)]
+        matrices += [NamedMatrix(l, h, "V_tilde", W_V[kv_group(h, H, G)].copy(), W_O[h].copy())
+                     for h in range(H)]
+        matrices.append(NamedMatrix(l, -1, "G", ckpt.tensor(p + "ff.G", (N, d_ff))))
+        matrices.append(NamedMatrix(l, -1, "U", ckpt.tensor(p + "ff.U", (N, d_ff))))
+        matrices.append(NamedMatrix(l, -1, "D", ckpt.tensor(p + "ff.D", (d_ff, N))))
+    readout = ckpt.tensor("readout.w", (N,))
+    weights = _weights(ckpt, meta, matrices, readout, L, H, N, d, d_ff, act, variant, G)
+    cos_shape = ckpt.shape("rope.cos")
+    if len(cos_shape) != 2 or cos_shape[1] != d // 2:
+        raise LayoutError(f"{ckpt.path}: tensor 'rope.cos' has shape {tuple(cos_shape)}, expected (T, {d // 2})")
+    weights.extra["rope.cos"] = ckpt.tensor("rope.cos", tuple(cos_shape))
+    weights.extra["rope.sin"] = ckpt.tensor("rope.sin", tuple(cos_shape))
+    return weights
+
+
+def _weights(ckpt, meta, matrices, readout, L, H, N, d, d_ff, act, variant, num_kv) -> AnalysisWeights:
     extra: dict = {"container": ckpt.container, "weights_file": str(ckpt.path),
                    "metadata": dict(meta)}
     if "task" in meta:
@@ -123,9 +171,12 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) 
         layout=LAYOUT,
         extra=extra,
         scope=ModelScope(
-            family="specbound analysis model",
-            kept=("every weight of the network",),
+            family="specbound analysis model" + ("" if variant == "plain" else f" ({variant} variant)"),
+            kept=("every weight of the network",) + (("the rotary tables rope.cos/rope.sin",) if variant in _LS else ()),
             activation_source=f"checkpoint metadata -> {act}",
-            readout="the checkpoint's read-out vector w on the CLS token (position 0)",
+            readout=("the checkpoint's read-out vector w on the CLS token (position 0)" if variant in ("plain", "residual")
+                     else "the checkpoint's read-out vector w on the last token (causal mask)"),
         ),
+        variant=variant,
+        num_kv_heads=num_kv,
     )

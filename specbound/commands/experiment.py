@@ -14,6 +14,8 @@ import argparse
 import json
 import sys
 
+from specbound.vocabulary import ACTIVATIONS, MODEL_VARIANTS
+
 
 def _ints(text: str) -> tuple[int, ...]:
     try:
@@ -35,7 +37,12 @@ def _training_arguments(p: argparse.ArgumentParser, *, steps: int, layers: bool 
     if layers:
         g.add_argument("--head-dim", type=int, default=None, metavar="D", help="head dim (default N/(2H))")
         g.add_argument("--ff", type=int, default=None, metavar="F", help="feed-forward width (default 2N)")
-    g.add_argument("--activation", default="gelu", choices=("gelu", "relu"))
+    g.add_argument("--activation", default="gelu", choices=ACTIVATIONS)
+    g.add_argument("--variant", default="plain", choices=MODEL_VARIANTS,
+                   help="analysis model: plain (default), residual, causal (GPT-2 style), ls, ls_residual "
+                        "(Llama style: RoPE, grouped keys, gated feed-forward; use --activation silu)")
+    g.add_argument("--kv-heads", type=int, default=0, metavar="G",
+                   help="key/value groups of the LS variants (default: one per head)")
     g.add_argument("--task", default="sparse_majority", help="sparse_majority (default) or sparse_parity")
     g.add_argument("--seq-len", type=int, default=17, help="tokens per sequence, CLS included (default 17)")
     g.add_argument("--k", type=int, default=3, help="hidden positions (default 3)")
@@ -104,7 +111,8 @@ def _train_config(args: argparse.Namespace, layers: int, width: int):
         head_dim=getattr(args, "head_dim", None) or max(1, width // (2 * heads)),
         ff_dim=getattr(args, "ff", None) or 2 * width, activation=args.activation, steps=args.steps,
         lr=args.lr, batch=args.batch, n_train=args.n_train, seed=args.seed, loss=args.loss,
-        reg=args.reg, reg_kind=args.reg_kind, reg_p=args.reg_p)
+        reg=args.reg, reg_kind=args.reg_kind, reg_p=args.reg_p,
+        variant=getattr(args, "variant", "plain"), num_kv_heads=getattr(args, "kv_heads", 0))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -160,7 +168,9 @@ def _print_run(out: dict) -> None:
     tc = cfg["train"]
     tr = out["training"].get("train", {})
     emp = b["empirical_sample"]
-    print(f"model: L={tc['num_layers']} H={tc['num_heads']} N={tc['width']} d_h={tc['head_dim']} "
+    variant = tc.get("variant", "plain")
+    kv = f" kv-groups={tc.get('num_kv_heads') or tc['num_heads']}" if variant.startswith("ls") else ""
+    print(f"model ({variant}{kv}): L={tc['num_layers']} H={tc['num_heads']} N={tc['width']} d_h={tc['head_dim']} "
           f"d_ff={tc['ff_dim']} {tc['activation']}; task {tc['task']}; {tc['steps']} steps, "
           f"reg {tc['reg_kind']} {tc['reg']}; train accuracy {tr.get('accuracy', float('nan')):.4f} "
           f"(n_train {tc['n_train']})")
@@ -180,7 +190,10 @@ def _print_run(out: dict) -> None:
     print("bound / test error: " + ("inf (no test error observed)" if ratio is None else f"{ratio:.6g}")
           + f"; bound / CP upper limit: {out['bound_over_test_upper']:.6g}")
     pr = out["proxies"]
-    print(f"paper proxies (not bounds): ours {pr['paper_ours']:.6g}, Edelman-style {pr['paper_edelman']:.6g}")
+    if pr["paper_ours"] is None:
+        print(f"paper proxies: none ({pr['note']})")
+    else:
+        print(f"paper proxies (not bounds): ours {pr['paper_ours']:.6g}, Edelman-style {pr['paper_edelman']:.6g}")
 
 
 def _run_scaling(args: argparse.Namespace) -> int:

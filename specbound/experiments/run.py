@@ -101,6 +101,9 @@ def _finite_or_none(x: float) -> float | None:
 
 def proxies_of(weights) -> dict:
     """The paper's two proxies (float64, *not* bounds) as ``{"paper_ours": ..., "paper_edelman": ...}``."""
+    if weights.variant not in ("plain", "causal"):
+        return {"paper_ours": None, "paper_edelman": None,
+                "note": f"the paper proxies are defined for the plain matrix kinds, not the {weights.variant} model"}
     result = paper_proxies(weights)
     return {"paper_ours": result.ours, "paper_edelman": result.edelman,
             "note": "paper proxies (docs/design.md section 6), not bounds"}
