@@ -39,6 +39,10 @@ TINY_EXP = -1000
 MAX_DIM = 2**30
 """Step 0's underflow term assumes every dimension below this."""
 
+PHI_DOMAIN = 4
+"""Largest a-priori GELU argument bound the Taylor Phi is used for (its Horner bound grows like
+exp(t^2/2)); larger models use the Arb pass."""
+
 ACTIVATIONS = ("gelu", "relu")
 """Activations with a proven float routine (the others use the Arb pass)."""
 
@@ -296,6 +300,9 @@ def error_budget(net: FastNetwork, T: int, delta0: arb, R0: arb) -> ErrorBudget:
                 e_g = e_u + tiny
             else:
                 t_max = arb((ln["in_col"] + e_u).upper())
+                if not t_max < PHI_DOMAIN:
+                    raise NotApplicable(f"layer {l + 1}: GELU arguments up to {t_max.str(3)} exceed the "
+                                        f"fast Phi's domain |t| <= {PHI_DOMAIN}")
                 degree = phi_degree(float(t_max.upper()))
                 e_phi = phi_error_bound(t_max, degree)
                 l_phi = (1 + arb(1).erf()) / 2 + 1 / (arb(1).exp() * arb.pi().sqrt())
