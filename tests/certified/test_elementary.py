@@ -106,4 +106,3 @@ def test_phi_degree_reaches_its_target():
     for t_max in (0.1, 1.0, 3.0):
         n = phi_degree(t_max)
         assert float(phi_error_bound(t_max, n).upper()) < 1e-11
-        assert n == 1 or phi_error_bound(t_max, n - 1) >= phi_error_bound(t_max, n)
