@@ -26,7 +26,10 @@ from specbound.certified.elementary import (
     EXP_UNDERFLOW_ERROR, exp_error_bound, exp_nonpositive, phi, phi_coefficients, phi_degree,
     phi_error_bound,
 )
+from specbound.certified.enclosure import enclose_singular_values
+from specbound.certified.factored import enclose_factored
 from specbound.certified.forward import project_rows
+from specbound.certified.norms import spectral_norm_upper
 from specbound.errors import CertificationError, LayoutError
 from specbound.matrices import AnalysisWeights
 
@@ -235,9 +238,23 @@ class ErrorBudget:
     stages: dict = field(default_factory=dict)  # informational: delta after each layer
 
 
+def _min(a: arb, b: arb) -> arb:
+    """The smaller of two exact points (compared exactly)."""
+    return a if a < b else b
+
+
+def _spectral(left: np.ndarray, right: np.ndarray | None, frob: arb) -> arb:
+    """Upper point of ``||left right||_2`` (or ``||left||_2``) from the certified singular-value
+    enclosure (proofs_notes/svd_enclosure.md, structural_rank.md), capped by ``frob`` (any upper
+    bound of the same norm, e.g. a product of Frobenius norms)."""
+    enc = enclose_singular_values(left) if right is None else enclose_factored(left, right)
+    return _min(arb(spectral_norm_upper(enc)), frob)
+
+
 @lru_cache(maxsize=None)
 def _norms(net: FastNetwork) -> dict:
-    """Frobenius norms (upper points) of every factor, per layer and head."""
+    """Frobenius norms (upper points) of every factor, and spectral-norm upper points of the real maps
+    ``A = W_Q W_K^T``, ``V = W_V W_O``, ``M_in``, ``M_out``, per layer and head."""
     with precision(BOUND_PREC):
         H = net.num_heads
         out = {"w": _frob(net.readout), "layers": []}
@@ -245,13 +262,16 @@ def _norms(net: FastNetwork) -> dict:
             dq, dv = net.head_dims[l]
             heads = []
             for h in range(H):
-                heads.append({
-                    "q": _frob(net.wq[l][:, h * dq:(h + 1) * dq]),
-                    "k": _frob(net.wk[l][:, h * dq:(h + 1) * dq]),
-                    "v": _frob(net.wv[l][:, h * dv:(h + 1) * dv]),
-                    "o": _frob(net.wo[l][h * dv:(h + 1) * dv, :]),
-                })
-            out["layers"].append({"heads": heads, "in": _frob(net.m_in[l]), "out": _frob(net.m_out[l]),
+                wq, wk = net.wq[l][:, h * dq:(h + 1) * dq], net.wk[l][:, h * dq:(h + 1) * dq]
+                wv, wo = net.wv[l][:, h * dv:(h + 1) * dv], net.wo[l][h * dv:(h + 1) * dv, :]
+                hn = {"q": _frob(wq), "k": _frob(wk), "v": _frob(wv), "o": _frob(wo)}
+                hn["A"] = _spectral(wq, np.ascontiguousarray(wk.T), hn["q"] * hn["k"])
+                hn["V"] = _spectral(wv, wo, hn["v"] * hn["o"])
+                heads.append(hn)
+            n_in, n_out = _frob(net.m_in[l]), _frob(net.m_out[l])
+            out["layers"].append({"heads": heads, "in": n_in, "out": n_out,
+                                  "s_in": _spectral(net.m_in[l], None, n_in),
+                                  "s_out": _spectral(net.m_out[l], None, n_out),
                                   "in_col": _max_col_norm(net.m_in[l])})
         return out
 
@@ -272,11 +292,11 @@ def error_budget(net: FastNetwork, T: int, delta0: arb, R0: arb) -> ErrorBudget:
             ln = norms["layers"][l]
             e_att = arb(0)
             for hn in ln["heads"]:
-                nq, nk, nv, no = hn["q"], hn["k"], hn["v"], hn["o"]
+                nq, nk, nv, no, sA, sV = hn["q"], hn["k"], hn["v"], hn["o"], hn["A"], hn["V"]
                 eq = _gamma(N) * R * nq + tiny
                 ek = _gamma(N) * R * nk + tiny
                 ev = _gamma(N) * R * nv + tiny
-                e_s = (delta * nq * nk * (1 + R) + eq * (R * nk + ek) + R * nq * ek
+                e_s = (delta * sA * (1 + R) + eq * (R * nk + ek) + R * nq * ek
                        + _gamma(dq) * (R * nq + eq) * (R * nk + ek) + tiny)
                 S = (R * nq + eq) * (R * nk + ek) * (1 + _gamma(dq)) + tiny
                 eta1 = (1 + eta_exp) * (2 * u * S).exp() - 1
@@ -287,13 +307,16 @@ def error_budget(net: FastNetwork, T: int, delta0: arb, R0: arb) -> ErrorBudget:
                 up = (1 + eta1) * (1 + u) / (1 - beta) - 1
                 down = 1 - (1 - eta1) * (1 - u) / (1 + beta)
                 eta_p = (up if up > down else down) + T * alpha * (1 + u) / (1 - beta)
-                e_h = (delta * nv + e_s * R * nv + eta_p * R * nv + (1 + eta_p) * ev
-                       + gT * (1 + eta_p) * (R * nv + ev) + tiny)
-                e_att += e_h * no + _gamma(H * dv) * (nv + e_h) * no
+                # step 5.7-5.8: input and softmax errors through the exact map V = W_V W_O; the
+                # rounding of the values, of P V and of the W_O product through the factors
+                h_max = (1 + eta_p) * (R * nv + ev) * (1 + gT) + tiny
+                e_att += ((delta + (e_s + eta_p) * R) * sV
+                          + ((1 + eta_p) * ev + gT * (1 + eta_p) * (R * nv + ev) + tiny) * no
+                          + _gamma(H * dv) * h_max * no)
             e_att += tiny
             delta_y, r_y = e_att + e_pi, r_pi
-            n_in, n_out = ln["in"], ln["out"]
-            e_u = delta_y * n_in + _gamma(N) * r_y * n_in + tiny
+            n_in, n_out, s_in, s_out = ln["in"], ln["out"], ln["s_in"], ln["s_out"]
+            e_u = delta_y * s_in + _gamma(N) * r_y * n_in + tiny
             F = net.m_in[l].shape[1]
             if net.activation == "relu":
                 t_max, degree = arb(0), 0
@@ -306,8 +329,8 @@ def error_budget(net: FastNetwork, T: int, delta0: arb, R0: arb) -> ErrorBudget:
                 degree = phi_degree(float(t_max.upper()))
                 e_phi = phi_error_bound(t_max, degree)
                 l_phi = (1 + arb(1).erf()) / 2 + 1 / (arb(1).exp() * arb.pi().sqrt())
-                e_g = l_phi * e_u + (n_in + e_u) * (e_phi + u * (1 + e_phi)) + tiny
-            e_z = e_g * n_out + _gamma(F) * (n_in + e_g) * n_out + tiny
+                e_g = l_phi * e_u + (s_in + e_u) * (e_phi + u * (1 + e_phi)) + tiny
+            e_z = e_g * s_out + _gamma(F) * (s_in + e_g) * n_out + tiny
             delta, R = arb((e_z + e_pi).upper()), r_pi
             t_maxes.append(t_max)
             degrees.append(degree)
