@@ -30,10 +30,14 @@ from flint import arb, arb_mat, ctx, fmpq
 from specbound.certified.forward import (
     DEFAULT_PREC, ArbNetwork, Margin, embedded_input_ball, input_ball,
 )
+from specbound.certified.fast_forward import (
+    NotApplicable, margins_of_rows, margins_of_tokens, prepare_rows, prepare_tokens,
+)
 from specbound.certified.forward_ls import certified_forward, network_for
 from specbound.dataset import DataSet
 from specbound.errors import LayoutError, SpecboundError
 from specbound.matrices import AnalysisWeights
+from specbound.vocabulary import FORWARD_ARB, FORWARD_FAST, FORWARD_METHODS
 
 
 def _margin_ball(rho: Margin) -> arb:
@@ -99,6 +103,13 @@ class RampLossCertificate:
     max_radius: float
     prec: int
     seconds: float
+    forward: str = FORWARD_ARB
+    """The certified forward pass used: "arb" (every sample in Arb) or "fast" (binary64 program with the
+    a-priori bound ``epsilon``; samples within ``2 epsilon`` of 0 or rho redone in Arb)."""
+    epsilon: float = 0.0
+    """The fast pass's a-priori margin error bound (a float >= the exact point; 0 for "arb")."""
+    redone: int = 0
+    """Samples of a fast run evaluated by the Arb pass (near a breakpoint or non-finite)."""
 
     @property
     def per_sample_seconds(self) -> float:
@@ -171,6 +182,11 @@ def _inputs_of(data: DataSet, weights: AnalysisWeights, embedding) -> Callable[[
 
 def _block(weights, data, rho, embedding, prec, start, stop) -> _Partial:
     """Ramp bounds of samples ``start..stop-1``, summed exactly (runs in a worker process too)."""
+    return _block_of(weights, data, rho, embedding, prec, range(start, stop))
+
+
+def _block_of(weights, data, rho, embedding, prec, indices) -> _Partial:
+    """Ramp bounds of the samples ``indices`` by the Arb pass, summed exactly."""
     r = _margin_ball(rho)
     net = network_for(weights)
     rows_of = _inputs_of(data, weights, embedding)
@@ -178,7 +194,7 @@ def _block(weights, data, rho, embedding, prec, start, stop) -> _Partial:
     undecided = errors = 0
     max_radius = 0.0
     with ctx.workprec(prec):
-        for i in range(start, stop):
+        for i in indices:
             u = certified_forward(net, rows_of(i), prec=prec)
             if int(data.labels[i]) < 0:
                 u = -u
@@ -189,7 +205,7 @@ def _block(weights, data, rho, embedding, prec, start, stop) -> _Partial:
             elif u < 0:
                 errors += 1
             max_radius = max(max_radius, float(u.rad()) if u.is_finite() else math.inf)
-    return _Partial(hi, lo, stop - start, undecided, errors, max_radius)
+    return _Partial(hi, lo, len(indices), undecided, errors, max_radius)
 
 
 def certified_ramp_loss(
@@ -201,6 +217,7 @@ def certified_ramp_loss(
     prec: int = DEFAULT_PREC,
     workers: int = 1,
     progress: Callable[[int], None] | None = None,
+    forward: str = FORWARD_FAST,
 ) -> RampLossCertificate:
     """Certified enclosure of the empirical ramp loss of ``weights`` on ``data`` at margin ``rho``.
 
@@ -209,15 +226,25 @@ def certified_ramp_loss(
     fixed ``weights.extra['embedding.E'/'embedding.P']``.  ``rho`` is a positive float (exact), a
     decimal string (enclosed), or an ``arb``.  ``workers > 1`` spreads samples over processes
     (the result is identical: per-sample bounds are exact rationals summed exactly).
-    ``progress(k)`` is called with the number of samples done so far.
+    ``progress(k)`` is called with the number of samples done so far.  ``forward``: "fast" (default;
+    binary64 program with a proven a-priori error bound, proofs_notes/fast_forward.md, falling back to
+    "arb" for models it does not cover) or "arb" (every sample in Arb ball arithmetic; ``prec`` and
+    ``workers`` apply to it and to the samples the fast pass redoes).
 
     Guarantee: ``result.lower <= (1/n) sum_i l_rho(y_i f(X_i)) <= result.upper`` for the exact real
     network and inputs ``X_i = Pi(rows_i)``.
     """
     began = time.perf_counter()
+    if forward not in FORWARD_METHODS:
+        raise SpecboundError(f"forward pass must be one of {FORWARD_METHODS}, got {forward!r}")
     r = _margin_ball(rho)
     _inputs_of(data, weights, embedding)  # validate before any work (and before forking)
     n = int(data.labels.shape[0])
+    if forward == FORWARD_FAST and n > 0:
+        try:
+            return _fast_ramp_loss(weights, data, r, embedding, prec, progress, began)
+        except NotApplicable:
+            pass  # a model or input the fast pass does not cover: every sample in Arb
     if workers <= 1 or n < 2:
         parts = [_block(weights, data, r, embedding, prec, 0, n)]
         if progress is not None:
@@ -239,6 +266,94 @@ def certified_ramp_loss(
         max_radius=max(p.max_radius for p in parts),
         prec=prec,
         seconds=time.perf_counter() - began,
+    )
+
+
+def _embedding_of(weights, embedding):
+    if embedding is None:
+        return weights.extra.get("embedding.E"), weights.extra.get("embedding.P")
+    return embedding
+
+
+def exact_float_sum(values: np.ndarray) -> Fraction:
+    """The exact sum of finite binary64 numbers: each is ``m 2^e`` with an integer ``|m| < 2^53``; the
+    ``m`` are split into 26-bit halves and summed as int64 per exponent (no overflow below 2^36 terms)."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0:
+        return Fraction(0)
+    if not np.isfinite(v).all():
+        raise ValueError("exact_float_sum needs finite values")
+    frac, exp = np.frexp(v)
+    mant = (frac * 2.0**53).astype(np.int64)  # exact: |frac| in [1/2, 1) or 0
+    hi, lo = mant >> 26, mant & ((1 << 26) - 1)  # mant = hi 2^26 + lo exactly
+    order = np.argsort(exp, kind="stable")
+    exp, hi, lo = exp[order], hi[order], lo[order]
+    starts = np.flatnonzero(np.r_[True, exp[1:] != exp[:-1]])
+    his, los = np.add.reduceat(hi, starts), np.add.reduceat(lo, starts)
+    total = Fraction(0)
+    for e, h, l in zip(exp[starts].tolist(), his.tolist(), los.tolist()):
+        total += Fraction((int(h) << 26) + int(l)) * Fraction(2) ** (int(e) - 53)
+    return total
+
+
+def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began) -> RampLossCertificate:
+    """certified_ramp_loss by the fast pass (proofs_notes/fast_forward.md step 8)."""
+    n = int(data.labels.shape[0])
+    if data.inputs is not None:
+        fast = prepare_rows(weights, data.inputs.shape[1])
+        f = margins_of_rows(fast, data.inputs)
+    else:
+        E, P = _embedding_of(weights, embedding)
+        tokens = np.asarray(data.tokens)
+        fast, table = prepare_tokens(weights, E, P, tokens)
+        f = margins_of_tokens(fast, table, tokens)
+    eps = fast.epsilon  # exact point
+    eps_f, rho_f = _float_toward(eps, math.inf), float(r.mid())
+    g = np.where(np.asarray(data.labels) < 0, -f, f)  # exact sign flip
+    finite = np.isfinite(g)
+    with np.errstate(invalid="ignore"):
+        # floats only *choose* the classes; each class is checked exactly below
+        redo = ~finite | (np.abs(g) <= 2 * eps_f) | (np.abs(g - rho_f) <= 2 * eps_f)
+        zero = ~redo & (g > rho_f)
+        one = ~redo & (g < 0)
+    mid = ~redo & ~zero & ~one
+    with ctx.workprec(max(prec, 128)):
+        if zero.any() and not (arb(float(g[zero].min())) - eps >= r):
+            redo, zero = redo | zero, np.zeros_like(zero)
+        if one.any() and not (arb(float(g[one].max())) + eps < 0):
+            redo, one = redo | one, np.zeros_like(one)
+        if mid.any() and not (arb(float(g[mid].min())) - eps > 0 and arb(float(g[mid].max())) + eps < r):
+            redo, mid = redo | mid, np.zeros_like(mid)
+    redo_idx = np.flatnonzero(redo).tolist()
+    arb_part = _block_of(weights, data, r, embedding, prec, redo_idx) if redo_idx else _Partial(
+        Fraction(0), Fraction(0), 0, 0, 0, 0.0)
+    m, ones = int(mid.sum()), int(one.sum())
+    S = exact_float_sum(g[mid])
+    with ctx.workprec(max(prec, 128)):
+        S_b, e_b = arb(fmpq(S.numerator, S.denominator)), eps
+        hi_b = ones + m + (m * e_b - S_b) / r + arb(fmpq(arb_part.upper.numerator, arb_part.upper.denominator))
+        lo_b = ones + m - (m * e_b + S_b) / r + arb(fmpq(arb_part.lower.numerator, arb_part.lower.denominator))
+        upper = (hi_b / n).upper()
+        lower = (lo_b / n).lower()
+        if upper > 1:
+            upper = arb(1)
+        if lower < 0:
+            lower = arb(0)
+    if progress is not None:
+        progress(n)
+    return RampLossCertificate(
+        upper=upper,
+        lower=lower,
+        n=n,
+        rho=r,
+        undecided=arb_part.undecided,
+        errors01=ones + arb_part.errors01,
+        max_radius=max(eps_f, arb_part.max_radius),
+        prec=prec,
+        seconds=time.perf_counter() - began,
+        forward=FORWARD_FAST,
+        epsilon=eps_f,
+        redone=len(redo_idx),
     )
 
 

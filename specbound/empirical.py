@@ -27,7 +27,7 @@ from specbound.errors import SpecboundError
 from specbound.tasks import Task
 from specbound.vocabulary import (
     CAPABILITY_RECORDED_TASK, CERTIFIED_SOURCES, EMPIRICAL_DATA, EMPIRICAL_NONE, EMPIRICAL_SOURCES,
-    EMPIRICAL_TASK, EMPIRICAL_USER,
+    EMPIRICAL_TASK, EMPIRICAL_USER, FORWARD_FAST,
 )
 
 DEFAULT_SAMPLES = 2000
@@ -167,15 +167,17 @@ def default_workers() -> int:
 
 
 def empirical_ball(weights, source: EmpiricalSource, dataset: DataSet | None, rho: arb, *,
-                   workers: int | None = None, progress=None) -> tuple[arb | None, object | None]:
+                   workers: int | None = None, progress=None,
+                   forward: str = FORWARD_FAST) -> tuple[arb | None, object | None]:
     """(the empirical term as an Arb ball, the RampLossCertificate or None).
 
-    Certified sources: the certified ramp loss of ``dataset`` at margin ``rho`` (its upper ball);
+    Certified sources: the certified ramp loss of ``dataset`` at margin ``rho`` (its upper ball), by the
+    certified forward pass ``forward`` ("fast" or "arb", vocabulary.FORWARD_METHODS);
     "user": the user's number as a ball (NOT certified); "none": (None, None).
     """
     if source.kind in CERTIFIED_SOURCES:
         ramp = certified_ramp_loss(weights, dataset, rho, workers=workers or default_workers(),
-                                   progress=progress)
+                                   progress=progress, forward=forward)
         return ramp.upper, ramp
     if source.kind == EMPIRICAL_USER:
         return arb(float(source.detail["value"])), None

@@ -36,7 +36,7 @@ from specbound.numeric import planner
 from specbound.plan import BoundSettings
 from specbound.progress import progress_bar
 from specbound.scope import scope_block
-from specbound.vocabulary import CAPABILITY_FLOAT_FORWARD, READOUT_TRAINED
+from specbound.vocabulary import CAPABILITY_FLOAT_FORWARD, FORWARD_FAST, READOUT_TRAINED
 
 @dataclass(frozen=True)
 class CertifyResult:
@@ -115,6 +115,7 @@ def certify(
     plan=None,
     workers: int | None = None,
     show_progress: bool = False,
+    forward: str = FORWARD_FAST,
 ) -> CertifyResult:
     """Certify the bound of ``checkpoint`` (None: the embedded default), like ``specbound certify``.
 
@@ -122,7 +123,8 @@ def certify(
     its size); ``empirical`` / ``settings.empirical`` (user-supplied, NOT certified; needs n);
     fresh ``samples`` (default 2000) of the model's recorded task drawn with ``seed`` (default 3);
     else none (only complexity + confidence are certified; needs n).  ``settings`` (a
-    BoundSettings) replaces n/delta/margin/empirical/readout.
+    BoundSettings) replaces n/delta/margin/empirical/readout.  ``forward`` is the certified forward
+    pass of the empirical term: "fast" (default, proofs_notes/fast_forward.md) or "arb".
     """
     clock = {}
     notes = {}
@@ -164,7 +166,8 @@ def certify(
             bar.advance(k - done[0])
             done[0] = k
 
-        emp_ball, ramp = empirical_ball(weights, source, dataset, rho, workers=workers, progress=advance)
+        emp_ball, ramp = empirical_ball(weights, source, dataset, rho, workers=workers, progress=advance,
+                                        forward=forward)
     if ramp is not None:
         source = replace(source, ramp=ramp)
     clock["empirical"] = time.perf_counter() - t3

@@ -51,6 +51,13 @@ ANALYSIS_LAYOUT = "specbound-analysis-v1"
 BERT_LAYOUT = "bert"
 """Hugging Face BERT-family checkpoints (specbound/adapters/bert.py)."""
 
+FORWARD_FAST = "fast"
+"""Certified forward pass: binary64 program + a-priori Arb error bound (certified/fast_forward.py)."""
+FORWARD_ARB = "arb"
+"""Certified forward pass in Arb ball arithmetic, sample by sample (certified/forward.py)."""
+FORWARD_METHODS: tuple[str, ...] = (FORWARD_FAST, FORWARD_ARB)
+"""Methods of the certified empirical ramp loss (``--forward``); the first is the default."""
+
 CAPABILITY_MATRICES = "matrices"
 """An adapter gives the covered matrices (every adapter does)."""
 CAPABILITY_FLOAT_FORWARD = "float_forward"

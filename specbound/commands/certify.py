@@ -13,7 +13,9 @@ import json
 import sys
 
 from specbound.errors import SpecboundError
-from specbound.vocabulary import EMPIRICAL_DATA, EMPIRICAL_TASK, EMPIRICAL_USER, READOUT_TRAINED, READOUTS
+from specbound.vocabulary import (
+    EMPIRICAL_DATA, EMPIRICAL_TASK, EMPIRICAL_USER, FORWARD_METHODS, READOUT_TRAINED, READOUTS,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "is dropped; the bound is invalid if w was fitted on S)")
     parser.add_argument("--out", default=None, metavar="CERT.json", help="write the certificate JSON")
     parser.add_argument("--json", action="store_true", help="print the certificate JSON instead of tables")
+    parser.add_argument("--forward", choices=FORWARD_METHODS, default=FORWARD_METHODS[0],
+                        help="certified forward pass of the empirical term: fast (binary64 program with a "
+                             "proven error bound; default) or arb (Arb ball arithmetic, slow)")
     parser.add_argument("--cross-check", action="store_true",
                         help="also check the fast float path against the certified values")
 
@@ -89,7 +94,7 @@ def _settings_kwargs(args) -> dict:
         raise SpecboundError("give either --data or --empirical-loss, not both")
     return {"n": n, "delta": delta, "margin": margin, "empirical": emp, "readout": args.readout,
             "samples": _int(args.samples, "--samples"), "seed": _int(args.seed, "--seed", 0),
-            "num_heads": _int(args.num_heads, "--num-heads")}
+            "num_heads": _int(args.num_heads, "--num-heads"), "forward": args.forward}
 
 
 def _up(x) -> str:

@@ -93,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sc.add_argument("--n-test", type=int, default=10_000, help="fresh test samples per model (default 10000)")
     sc.add_argument("--delta", type=float, default=0.05)
     sc.add_argument("--bound", default="numeric", choices=("numeric", "certified"),
-                    help="numeric (default, fast, uncertified) or certified (slow: certified forward passes)")
+                    help="numeric (default, fast, uncertified) or certified (certified forward passes)")
     sc.add_argument("--out", default="docs/experiments.md", metavar="MD",
                     help="Markdown file whose scaling section is (re)written (default docs/experiments.md)")
     sc.add_argument("--figures", default="docs/figures", metavar="DIR", help="folder for the PNG plots")

@@ -122,3 +122,21 @@ def test_cross_check_agrees_with_the_certified_values(capsys):
                        "--cross-check")
     assert code == 0
     assert "0 disagreements" in out
+
+
+def test_forward_option_arb_and_fast_agree(capsys):
+    # --forward selects the certified forward pass of the empirical term; both are certified, the
+    # fast one wider by at most its a-priori epsilon per sample (proofs_notes/fast_forward.md)
+    bounds = {}
+    for forward in ("arb", "fast"):
+        code, out, err = run(capsys, "certify", "--samples", "4", "--forward", forward, "--json")
+        assert code == 0, err
+        bounds[forward] = float(json.loads(out)["result"]["bound_upper"])
+    assert abs(bounds["fast"] - bounds["arb"]) <= 1e-6 * bounds["arb"]
+
+
+def test_forward_option_rejects_an_unknown_method(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["certify", "--forward", "gpu"])
+    assert exc.value.code == 2
+    assert "--forward" in capsys.readouterr().err

@@ -1,0 +1,231 @@
+"""The fast certified forward pass against independent references.
+
+Every fast enclosure ``f_hat +- eps`` must contain the 50-digit mpmath value of the same network on the
+same exact input (``tests.certified.test_forward.mp_forward``, written without the code under test) and
+intersect the Arb pass's ball, on random and adversarial inputs: near-tie and duplicated rows, huge and
+tiny scores, tiny and huge input rows.  The ramp loss is checked at margins exactly 0 and rho.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+import pytest
+from flint import arb
+
+from specbound.certified.fast_forward import (
+    NotApplicable, margins_of_rows, margins_of_tokens, prepare_rows, prepare_tokens,
+)
+from specbound.certified.forward import certified_forward, embedded_input_ball
+from specbound.certified.ramp_loss import certified_ramp_loss, exact_float_sum
+from specbound.data_file import dataset_from_arrays
+from specbound.matrices import AnalysisWeights, NamedMatrix, ordered
+from tests.certified.test_forward import exact_ramp, mp_forward, mp_mat
+
+DPS = 50
+
+
+def _weights(rng, *, L=2, H=2, N=4, d=2, F=5, activation="gelu", qk_scale=1.0, readout=None) -> AnalysisWeights:
+    mats = []
+    for l in range(L):
+        for h in range(H):
+            W_Q, W_K = (rng.standard_normal((N, d)) * qk_scale for _ in range(2))
+            W_V, W_O = rng.standard_normal((N, d)), rng.standard_normal((d, N)) / np.sqrt(d)
+            mats.append(NamedMatrix(l, h, "QK", W_Q, np.ascontiguousarray(W_K.T)))
+            mats.append(NamedMatrix(l, h, "V_tilde", W_V, W_O))
+        mats.append(NamedMatrix(l, -1, "M_in", rng.standard_normal((N, F)) / np.sqrt(N)))
+        mats.append(NamedMatrix(l, -1, "M_out", rng.standard_normal((F, N))))
+    w = rng.standard_normal(N) if readout is None else readout
+    return AnalysisWeights(matrices=ordered(mats), num_layers=L, num_heads=H, width=N, head_dim=d,
+                           ff_dim=F, activation=activation, readout=w)
+
+
+def _inputs(rng, kind: str, n: int, T: int, N: int) -> np.ndarray:
+    X = rng.standard_normal((n, T, N))
+    if kind == "near_tie":  # keys differing in the last bits: near-tie softmax rows
+        X[:, 1:] = X[:, :1] + 1e-13 * rng.standard_normal((n, T - 1, N))
+    elif kind == "duplicate":  # exact ties
+        X[:, 1:] = X[:, :1]
+    elif kind == "tiny_rows":
+        X *= 1e-150
+    elif kind == "huge_rows":
+        X *= 1e150
+    elif kind == "unit_norm":  # rows within ulps of the unit sphere: Pi switches on or off
+        X /= np.linalg.norm(X, axis=2, keepdims=True)
+    return X
+
+
+def _check_sample(weights, x: np.ndarray, f_hat: float, eps: arb) -> None:
+    """``f_hat +- eps`` contains the 50-digit value and meets the Arb ball."""
+    e = mpmath.mpf(eps.str(60, radius=False))
+    with mpmath.workdps(DPS):
+        exact = mp_forward(weights, mp_mat(x))
+        assert abs(mpmath.mpf(f_hat) - exact) <= e, (f_hat, exact, e)
+    ball = certified_forward(weights, x)
+    assert ball.lower() <= arb(f_hat) + eps and arb(f_hat) - eps <= ball.upper()
+
+
+CASES = [
+    ("gelu", "random", 1.0),
+    ("relu", "random", 1.0),
+    ("gelu", "near_tie", 1.0),
+    ("gelu", "duplicate", 1.0),
+    ("gelu", "unit_norm", 1.0),
+    ("gelu", "tiny_rows", 1.0),
+    ("gelu", "huge_rows", 1.0),
+    ("gelu", "random", 6.0),  # huge scores (hundreds): far-negative exp arguments, clamped
+    ("relu", "near_tie", 6.0),
+    ("gelu", "random", 1e-160),  # tiny scores: products underflow into subnormals
+    ("gelu", "random", 40.0),  # score gaps beyond 708: exp arguments below the clamp
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_fast_enclosure_contains_mpmath_and_meets_arb(case):
+    activation, kind, qk_scale = CASES[case]
+    rng = np.random.default_rng(100 + case)
+    w = _weights(rng, activation=activation, qk_scale=qk_scale)
+    X = _inputs(rng, kind, 4, 3, w.width)
+    fast = prepare_rows(w, 3)
+    f = margins_of_rows(fast, X)
+    assert np.isfinite(f).all()
+    for i in range(len(f)):
+        _check_sample(w, X[i], float(f[i]), fast.epsilon)
+
+
+def test_the_adversarial_cases_reach_the_clamp_and_subnormal_scores():
+    gaps = {}
+    for case in (CASES.index(("gelu", "random", 40.0)), CASES.index(("gelu", "random", 1e-160))):
+        activation, kind, qk_scale = CASES[case]
+        rng = np.random.default_rng(100 + case)
+        w = _weights(rng, activation=activation, qk_scale=qk_scale)
+        X = _inputs(rng, kind, 4, 3, w.width)
+        Xp = X / np.maximum(1, np.linalg.norm(X, axis=2, keepdims=True))
+        qk = w.get(0, "QK", 0)
+        S = Xp @ qk.left @ qk.right @ Xp.transpose(0, 2, 1)
+        gaps[qk_scale] = (S.max(axis=2) - S.min(axis=2)).max(), np.abs(S).max()
+    assert gaps[40.0][0] > 708
+    assert 0 < gaps[1e-160][1] < 2.0**-1000
+
+
+def test_token_path_of_the_default_model_meets_arb():
+    from specbound.checkpoint import load_weights
+    from specbound.tasks import sparse_majority
+
+    w = load_weights()
+    E, P = w.extra["embedding.E"], w.extra["embedding.P"]
+    tokens, _ = sparse_majority().sample(6, np.random.default_rng(11))
+    fast, table = prepare_tokens(w, E, P, tokens)
+    f = margins_of_tokens(fast, table, tokens)
+    assert float(fast.epsilon.upper()) < 1e-6
+    for i in range(len(f)):
+        ball = certified_forward(w, embedded_input_ball(tokens[i], E, P))
+        assert abs(ball - f[i]).lower() <= fast.epsilon
+        assert ball.lower() <= arb(float(f[i])) + fast.epsilon and arb(float(f[i])) - fast.epsilon <= ball.upper()
+
+
+@pytest.mark.slow
+def test_token_path_of_the_default_model_contains_mpmath():
+    from specbound.checkpoint import load_weights
+    from specbound.tasks import sparse_majority
+
+    w = load_weights()
+    E, P = w.extra["embedding.E"], w.extra["embedding.P"]
+    tokens, _ = sparse_majority().sample(2, np.random.default_rng(12))
+    fast, table = prepare_tokens(w, E, P, tokens)
+    f = margins_of_tokens(fast, table, tokens)
+    e = mpmath.mpf(fast.epsilon.str(60, radius=False))
+    with mpmath.workdps(DPS):
+        for i in range(len(f)):
+            rows = mpmath.matrix([[mpmath.mpf(float(E[a, j])) + mpmath.mpf(float(P[t, j])) for j in range(w.width)]
+                                  for t, a in enumerate(tokens[i].tolist())])
+            assert abs(mpmath.mpf(float(f[i])) - mp_forward(w, rows)) <= e
+
+
+def test_mutation_an_epsilon_below_the_actual_error_is_caught():
+    # the containment check is not vacuous: f_hat differs from the exact value, so a small enough
+    # epsilon fails it
+    rng = np.random.default_rng(3)
+    w = _weights(rng)
+    X = _inputs(rng, "random", 6, 3, w.width)
+    fast = prepare_rows(w, 3)
+    f = margins_of_rows(fast, X)
+    with mpmath.workdps(DPS):
+        errors = [abs(mpmath.mpf(float(f[i])) - mp_forward(w, mp_mat(X[i]))) for i in range(len(f))]
+    worst = max(errors)
+    assert worst > 0
+    shrunk = arb(mpmath.nstr(worst / 2, 30))
+    with pytest.raises(AssertionError):
+        for i in range(len(f)):
+            _check_sample(w, X[i], float(f[i]), shrunk)
+
+
+def test_models_outside_the_fast_pass_are_refused():
+    rng = np.random.default_rng(2)
+    w = _weights(rng, activation="gelu_tanh")
+    with pytest.raises(NotApplicable):
+        prepare_rows(w, 3)
+
+
+def _exact_loss(w, X, y, rho):
+    with mpmath.workdps(DPS):
+        return sum(exact_ramp(int(y[i]) * mp_forward(w, mp_mat(X[i])), mpmath.mpf(rho)) for i in range(len(y))) / len(y)
+
+
+def test_ramp_loss_at_margins_exactly_zero_redoes_them_in_arb():
+    rng = np.random.default_rng(4)
+    w = _weights(rng, readout=np.zeros(4))  # f = 0 exactly: every margin sits on the breakpoint 0
+    X, y = _inputs(rng, "random", 5, 3, 4), np.array([1, -1, 1, 1, -1])
+    cert = certified_ramp_loss(w, dataset_from_arrays(y, inputs=X), 2.0)
+    assert cert.forward == "fast" and cert.redone == 5
+    assert cert.lower <= 1 <= cert.upper and cert.undecided == 5
+
+
+def test_ramp_loss_at_a_margin_exactly_rho_encloses_the_exact_loss():
+    rng = np.random.default_rng(6)
+    w = _weights(rng)
+    X, y = _inputs(rng, "random", 8, 3, 4), np.array([1, -1, 1, 1, -1, 1, -1, -1])
+    fast = prepare_rows(w, 3)
+    g = y * margins_of_rows(fast, X)
+    rho = float(np.abs(g).max())  # the largest margin (in absolute value) sits exactly on rho
+    cert = certified_ramp_loss(w, dataset_from_arrays(y, inputs=X), rho)
+    assert cert.redone >= 1
+    exact = _exact_loss(w, X, y, rho)
+    assert mpmath.mpf(cert.lower.str(60, radius=False)) <= exact <= mpmath.mpf(cert.upper.str(60, radius=False))
+    ref = certified_ramp_loss(w, dataset_from_arrays(y, inputs=X), rho, forward="arb")
+    assert ref.forward == "arb" and cert.lower <= ref.upper and ref.lower <= cert.upper
+
+
+def test_fast_and_arb_ramp_losses_agree_on_the_default_task():
+    from specbound.checkpoint import load_weights
+    from specbound.tasks import sparse_majority
+
+    w = load_weights()
+    tokens, labels = sparse_majority().sample(8, np.random.default_rng(13))
+    data = dataset_from_arrays(labels, tokens=tokens)
+    fast = certified_ramp_loss(w, data, 4.9)
+    ref = certified_ramp_loss(w, data, 4.9, forward="arb")
+    assert fast.forward == "fast" and fast.lower <= ref.upper and ref.lower <= fast.upper
+    assert float(fast.upper.upper()) - float(ref.upper.upper()) < 1e-6
+
+
+def test_unknown_forward_method_is_an_error():
+    from specbound.errors import SpecboundError
+
+    rng = np.random.default_rng(0)
+    w = _weights(rng)
+    with pytest.raises(SpecboundError, match="forward pass"):
+        certified_ramp_loss(w, dataset_from_arrays(np.array([1]), inputs=np.zeros((1, 3, 4))), 1.0, forward="gpu")
+
+
+@pytest.mark.parametrize("values", [
+    [],
+    [0.0, -0.0],
+    [1.0, 2.0**-60, -1.0],
+    [5e-324, -5e-324, 1e-310, 2.0**1000, -(2.0**1000), 3.0],
+    list(np.random.default_rng(9).standard_normal(5000) * 10.0 ** np.random.default_rng(10).integers(-300, 300, 5000)),
+])
+def test_exact_float_sum_matches_fractions(values):
+    assert exact_float_sum(np.array(values, dtype=np.float64)) == sum((Fraction(v) for v in values), Fraction(0))
