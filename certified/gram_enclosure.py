@@ -23,6 +23,9 @@ from specbound.errors import CertificationError
 from specbound.matrices import NamedMatrix
 
 METHOD = "gram-eig"
+ROUTES = (METHOD, "eft", "arb")
+"""Routes of :func:`enclose_matrices`: the batched Gram/eigen route (default), or the older per-matrix
+residual routes of :func:`specbound.certified.factored.enclose` (dense: "eft" or "arb")."""
 UNIT_ROUNDOFF = 2.0**-53
 ETA = 2.0**-1021  # per-operation absolute underflow loss (gradual underflow and flush-to-zero)
 GROWTH = 1.0 + 2.0**-50  # >= 1 + 2u (exact float): inflation for one rounded subtraction or sum
@@ -322,3 +325,18 @@ def _enclose_factored_group(mats: list[NamedMatrix], members: list[int], out: li
         if not (ok[b] and exf[b] and exg[b]) or not _acceptable(lo[b], hi[b], max_relative_width):
             continue
         out[idx] = _record(shape, lo[b], hi[b], int(ef[b] + eg[b]), q, q)
+
+
+def enclose_matrices(matrices: Sequence[NamedMatrix], *, method: str = METHOD) -> list[SingularValueEnclosure]:
+    """Certified enclosures of every matrix, in input order, by one route of :data:`ROUTES`.
+
+    ``"gram-eig"`` (default): :func:`enclose_batch` (batched over heads; matrices it cannot certify
+    tightly go to the residual route).  ``"eft"`` / ``"arb"``: the per-matrix residual route
+    (:func:`specbound.certified.factored.enclose`), kept selectable as the independent cross-check.
+    Every route has the same contract: ``lower[i] <= sigma_{i+1}(W) <= upper[i]``.
+    """
+    if method not in ROUTES:
+        raise ValueError(f"unknown enclosure route {method!r}; expected one of {ROUTES}")
+    if method == METHOD:
+        return enclose_batch(matrices)
+    return [enclose_residual(mat, method=method) for mat in matrices]

@@ -18,12 +18,11 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import numpy as np
-import torch
 
 from specbound.adapters import capabilities
 from specbound.certified.bound import certify_bound
-from specbound.certified.factored import enclose
 from specbound.certified.certificate import decimal_up
+from specbound.certified.gram_enclosure import METHOD as DEFAULT_ENCLOSURE, enclose_matrices
 from specbound.certified.radii import exact_value, power_ball
 from specbound.checkpoint import load_weights
 from specbound.derivation.theorem import overrides_record
@@ -73,6 +72,8 @@ def float_margins(weights, data) -> np.ndarray | None:
     path = weights.extra.get("weights_file")
     if not path:
         return None
+    import torch  # only here: the own-format float forward; the rest of certify runs without torch
+
     model = AnalysisTransformer.load(path)
     with torch.no_grad():
         f = model(torch.from_numpy(np.asarray(data.tokens))).numpy()
@@ -89,13 +90,14 @@ def choose_plan(weights, settings, enclosures, margins=None):
 # the pipeline
 
 
-def enclose_all(weights, *, method: str = "eft", progress=None) -> list:
-    """Certified singular-value enclosures of every covered matrix, in canonical order."""
-    out = []
-    for mat in weights.matrices:
-        out.append(enclose(mat, method=method))
-        if progress is not None:
-            progress.advance(1)
+def enclose_all(weights, *, method: str = DEFAULT_ENCLOSURE, progress=None) -> list:
+    """Certified singular-value enclosures of every covered matrix, in canonical order.
+
+    ``method``: a route of :data:`specbound.certified.gram_enclosure.ROUTES`; the default is the
+    batched Gram/eigen route, "eft" the older per-matrix residual route (same contract)."""
+    out = enclose_matrices(weights.matrices, method=method)
+    if progress is not None:
+        progress.advance(len(out))
     return out
 
 

@@ -12,7 +12,7 @@ from hypothesis.extra import numpy as hnp
 
 from specbound.certified import gram_enclosure as gram_mod
 from specbound.certified.factored import enclose as enclose_residual
-from specbound.certified.gram_enclosure import METHOD, enclose_batch
+from specbound.certified.gram_enclosure import METHOD, enclose_batch, enclose_matrices
 from specbound.errors import NonFiniteError
 from specbound.matrices import NamedMatrix
 from tests.certified.test_enclosure import ADVERSARIAL, reference_singular_values
@@ -190,3 +190,29 @@ def test_minilm_all_matrices_agree_with_residual_route():
     from specbound.checkpoint import load_weights
 
     _check_against_residual(list(load_weights(minilm_dir()).matrices))
+
+
+# --------------------------------------------------------------------------------------------------
+# The pipeline's default route (enclose_matrices, default width limit) and the old route as cross-check
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL) + sorted(FACTORED))
+def test_default_route_contains_mpmath_and_meets_the_residual_route(name):
+    mat = dense(ADVERSARIAL[name]) if name in ADVERSARIAL else factored(*FACTORED[name])
+    (enc,) = enclose_matrices([mat])
+    assert enc.k == min(mat.shape)
+    assert_contains(enc, reference(mat))
+    (old,) = enclose_matrices([mat], method="eft")
+    assert all(_intersect(enc, old, i) for i in range(enc.k)), name
+
+
+def test_pipeline_enclose_all_uses_the_default_route_and_keeps_the_old_one_selectable():
+    from specbound.pipeline import enclose_all
+
+    class W:
+        matrices = (dense(RNG.standard_normal((9, 14))), factored(RNG.standard_normal((16, 4)), RNG.standard_normal((4, 13))))
+
+    assert [e.method for e in enclose_all(W())] == [METHOD, METHOD]
+    assert [e.method for e in enclose_all(W(), method="eft")] == ["eft", "gram"]
+    with pytest.raises(ValueError):
+        enclose_all(W(), method="svd")

@@ -168,3 +168,21 @@ def test_planner_rejects_enclosures_of_another_network():
     w = tiny_weights(0)
     with pytest.raises(SpecboundError):
         choose_plan(w, BoundSettings(n=100, margin=0.3), [enclose(m) for m in w.matrices][:-1])
+
+
+def test_planner_given_enclosures_runs_no_float_svd(monkeypatch):
+    # with the enclosures given, any float SVD call is an error: the planner takes their midpoints
+    import torch
+
+    from specbound.pipeline import enclose_all
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the planner ran a second float SVD")
+
+    w = tiny_weights(2)
+    st = BoundSettings(n=10**5, margin=0.3)
+    encs = enclose_all(w)
+    for mod, name in [(torch.linalg, "svdvals"), (torch.linalg, "svd"), (torch, "svd"), (np.linalg, "svd"),
+                      (np.linalg, "eigh"), (np.linalg, "eigvalsh"), (torch.linalg, "eigvalsh")]:
+        monkeypatch.setattr(mod, name, forbidden)
+    assert_valid(choose_plan(w, st, encs), w, st)
