@@ -13,7 +13,7 @@ import json
 import sys
 
 from specbound.errors import SpecboundError
-from specbound.vocabulary import EMPIRICAL_DATA, EMPIRICAL_TASK, EMPIRICAL_USER, READOUT_TRAINED, READOUTS
+from specbound.vocabulary import EMPIRICAL_DATA, EMPIRICAL_TASK, EMPIRICAL_TRAIN, EMPIRICAL_USER, READOUT_TRAINED, READOUTS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,6 +93,10 @@ def _source_line(result) -> str:
     if src.kind == EMPIRICAL_TASK:
         d = src.detail
         return f"certified on {d['n']} fresh samples of task {d['task']['name']} (seed {d['seed']})"
+    if src.kind == EMPIRICAL_TRAIN:
+        d = src.detail
+        return (f"certified on S = the training sample (n = {d['n']} training examples of task "
+                f"{d['task']['name']}, data seed {d['data_seed']})")
     if src.kind == EMPIRICAL_USER:
         return "user-supplied, NOT certified"
     return "missing"
