@@ -427,8 +427,9 @@ def check_ranges(cert: dict) -> None:
         _float_in(detail["value"], "empirical_source.detail.value", 0.0, 1.0)
     if "n" in detail:
         _int_in(detail["n"], "empirical_source.detail.n", 1, MAX_TASK_SAMPLES)
-    if "seed" in detail:
-        _int_in(detail["seed"], "empirical_source.detail.seed", 0, 2**63)
+    for key in ("seed", "data_seed"):
+        if key in detail:
+            _int_in(detail[key], f"empirical_source.detail.{key}", 0, 2**63)
     task = detail.get("task")
     if task is not None:
         if not isinstance(task, dict):

@@ -3,8 +3,9 @@
 :func:`dataset_of`); both evaluate it with :func:`empirical_ball`.
 
 Sources (``specbound.vocabulary.EMPIRICAL_SOURCES``): a data file, fresh i.i.d. samples of the
-model's recorded task (both certified: the ramp loss by certified forward passes), a number the user
-supplied (NOT certified), or none (only complexity + confidence are certified).
+model's recorded task, the model's own training sample regenerated from its recorded seed (all
+three certified: the ramp loss by certified forward passes), a number the user supplied (NOT
+certified), or none (only complexity + confidence are certified).
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from specbound.data import default_checkpoint_path
 from specbound.data_file import dataset_from_arrays, load_data
 from specbound.dataset import DataSet
 from specbound.errors import SpecboundError
-from specbound.tasks import Task
+from specbound.tasks import Task, training_sample_of
 from specbound.vocabulary import (
     CAPABILITY_RECORDED_TASK, CERTIFIED_SOURCES, EMPIRICAL_DATA, EMPIRICAL_NONE, EMPIRICAL_SOURCES,
-    EMPIRICAL_TASK, EMPIRICAL_USER, FORWARD_FAST,
+    EMPIRICAL_TASK, EMPIRICAL_TRAIN, EMPIRICAL_USER, FORWARD_FAST,
 )
 
 DEFAULT_SAMPLES = 2000
@@ -52,20 +53,47 @@ class EmpiricalSource:
     ramp: object | None = None  #: the RampLossCertificate when certified
 
 
-def task_record(weights, checkpoint: str | os.PathLike | None) -> dict | None:
-    """The recorded task of an own-format model: the embedded default's ``default.json``, or a
-    ``<checkpoint>.json`` record written next to a trained checkpoint (key ``task``)."""
+def _record(checkpoint: str | os.PathLike | None) -> dict | None:
+    """The training record of an own-format model: the embedded default's ``default.json``, or a
+    ``<checkpoint>.json`` written next to a trained checkpoint (None if absent or unreadable)."""
     path = default_checkpoint_path().with_suffix(".json") if checkpoint is None else Path(checkpoint).with_suffix(".json")
     if not path.is_file():
         return None
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-        task = record["task"]
-        if not isinstance(task, dict) or "positions" not in task:
-            return None
-        return task
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
         return None
+    return record if isinstance(record, dict) else None
+
+
+def task_record(weights, checkpoint: str | os.PathLike | None) -> dict | None:
+    """The recorded task of an own-format model (key ``task`` of its training record)."""
+    record = _record(checkpoint)
+    task = None if record is None else record.get("task")
+    if not isinstance(task, dict) or "positions" not in task:
+        return None
+    return task
+
+
+def training_record(checkpoint: str | os.PathLike | None) -> dict | None:
+    """``{"task", "data_seed", "n"}`` when the training record asks for its training sample as the
+    bound sample (key ``"bound_sample": "train"``, with ``config.data_seed`` and ``config.n_train``)."""
+    record = _record(checkpoint)
+    if record is None or record.get("bound_sample") != "train":
+        return None
+    try:
+        task, config = record["task"], record["config"]
+        return {"task": task, "data_seed": int(config["data_seed"]), "n": int(config["n_train"])}
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def train_sample(detail: dict) -> DataSet:
+    """The training sample S of a recorded training run, regenerated (:func:`training_sample_of`)."""
+    task = Task.from_record(detail["task"])
+    tokens, labels = training_sample_of(task, int(detail["n"]), int(detail["data_seed"]))
+    return dataset_from_arrays(labels, tokens=tokens,
+                               source=f"training sample S of task {task.name} (data seed {detail['data_seed']}, n {detail['n']})")
 
 
 #: a recorded task longer than this, or a sample of more tokens than MAX_TASK_TOKENS, is refused
@@ -89,8 +117,7 @@ def task_sample(task: dict, n: int, seed: int) -> DataSet:
         vocab = int(task.get("vocab_size", 3))
         if not 2 <= vocab <= 2**31:
             raise SpecboundError(f"recorded task: vocab_size {vocab} is outside [2, 2^31]")
-        t = Task(name=str(task["name"]), rule=str(task["rule"]), seq_len=seq_len,
-                 positions=tuple(int(p) for p in positions), vocab_size=vocab)
+        t = Task.from_record(task)
         tokens, labels = t.sample(int(n), np.random.default_rng(int(seed)))
     except SpecboundError:
         raise
@@ -104,7 +131,9 @@ def resolve(weights, checkpoint, data, *, n: int | None, empirical: float | None
     """The empirical source of a certify run, its sample and the sample size n.
 
     First that applies: ``data`` (a .npz path or a DataSet: certified, n = its size); ``empirical``
-    (user-supplied, NOT certified; needs n); fresh ``samples`` (default 2000) of the model's recorded
+    (user-supplied, NOT certified; needs n); the training sample S when the model's training record
+    asks for it (``"bound_sample": "train"``) and ``samples`` is not given (n = the number of training
+    examples); fresh ``samples`` (default 2000) of the model's recorded
     task drawn with ``seed`` (default 3) when its adapter records tasks; else none (needs n).
     Inconsistent inputs raise SpecboundError with one line.
     """
@@ -123,6 +152,13 @@ def resolve(weights, checkpoint, data, *, n: int | None, empirical: float | None
             raise SpecboundError("an empirical loss needs the sample size: give --n")
         return EmpiricalSource(EMPIRICAL_USER, False, {"value": float(empirical)}), None, n
     records = CAPABILITY_RECORDED_TASK in capabilities(weights.layout)
+    trained_on = training_record(checkpoint) if records else None
+    if trained_on is not None and samples is None:
+        if n is not None and n != trained_on["n"]:
+            raise SpecboundError(f"n = {n} but the training sample S has {trained_on['n']} examples")
+        detail = {**trained_on, "S": "training sample",
+                  "generator": "numpy.random.default_rng(SeedSequence([data_seed, 0x5A3]))"}
+        return EmpiricalSource(EMPIRICAL_TRAIN, True, detail), train_sample(detail), trained_on["n"]
     task = task_record(weights, checkpoint) if records else None
     if task is not None and not (samples is not None and samples == 0):
         ns = DEFAULT_SAMPLES if samples is None else int(samples)
@@ -156,6 +192,8 @@ def dataset_of(source: EmpiricalSource) -> DataSet | None:
     if source.kind == EMPIRICAL_TASK:
         d = source.detail
         return task_sample(d["task"], int(d["n"]), int(d["seed"]))
+    if source.kind == EMPIRICAL_TRAIN:
+        return train_sample(source.detail)
     if source.kind == EMPIRICAL_DATA:
         return load_data(Path(source.detail["path"]))
     return None

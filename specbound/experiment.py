@@ -34,7 +34,7 @@ from specbound.experiments.binomial import (  # noqa: F401
     binomial_tail_upper, regularized_beta, _bisect, _bracket, clopper_pearson,
 )
 from specbound.experiments.run import (  # noqa: F401
-    weights_of, ObservedError, observed_error, ExperimentResult, _finite_or_none, proxies_of, run_experiment, float_margins, certified_bound, float_upper, float_lower, PARTS, bound_summary,
+    weights_of, ObservedError, observed_error, heldout_bound, exact_risk, ExperimentResult, _finite_or_none, proxies_of, run_experiment, float_margins, certified_bound, float_upper, float_lower, PARTS, bound_summary,
 )
 from specbound.experiments.scaling import (  # noqa: F401
     fit_exponents, ScalingConfig, numeric_bound, _numeric_row, scaling_row, _contributions_vs_p, QUANTITIES, _quantity, _cached_row, scaling_study,

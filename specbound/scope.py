@@ -68,6 +68,10 @@ def _sample_phrase(kind: str, detail: dict, n: int) -> str:
         task = detail.get("task") or {}
         return (f"n = {n} fresh i.i.d. samples of the recorded task {task.get('name')!s} "
                 f"(numpy default_rng seed {detail.get('seed')})")
+    if kind == "train":
+        task = detail.get("task") or {}
+        return (f"S = the training sample: the n = {n} training examples of task {task.get('name')!s} "
+                f"(regenerated from data seed {detail.get('data_seed')})")
     if kind == "user":
         return f"the user's sample of n = {n} examples (not seen by specbound)"
     return f"none (n = {n} enters the complexity and confidence terms only)"

@@ -19,7 +19,7 @@ import torch
 
 from specbound.errors import SpecboundError
 from specbound.model import AnalysisTransformer, Architecture
-from specbound.tasks import Task, get_task
+from specbound.tasks import BINARY_TASKS, Task, get_task, training_sample_of
 
 LOSSES = ("logistic", "hinge")
 REGULARISERS = ("none", "schatten", "spectral")
@@ -29,6 +29,8 @@ REGULARISERS = ("none", "schatten", "spectral")
 class TrainConfig:
     """Everything that determines a training run.
 
+    ``symbols``: number of distinct symbols of the task (2 for the binary tasks, whose symbols are
+    the bits; any even number for ``symbol_majority``).
     ``reg_kind``: ``"schatten"`` adds ``reg * sum_j S_p(W_j)^(1/p)`` over the covered matrices
     (p = ``reg_p`` >= 1; p = 1 is the nuclear norm), ``"spectral"`` adds ``reg * sum_j ||W_j||``.
     """
@@ -37,6 +39,7 @@ class TrainConfig:
     seq_len: int = 17
     k: int = 3
     task_seed: int = 0
+    symbols: int = 2
     num_layers: int = 2
     num_heads: int = 2
     width: int = 32
@@ -68,7 +71,11 @@ class TrainConfig:
             raise SpecboundError("train: need steps >= 0, batch >= 1, n_train >= 1 and lr > 0")
 
     def make_task(self) -> Task:
-        return get_task(self.task, seq_len=self.seq_len, k=self.k, seed=self.task_seed)
+        if self.task in BINARY_TASKS:
+            if self.symbols != 2:
+                raise SpecboundError(f"train: task {self.task} has 2 symbols (the bits), got symbols={self.symbols}")
+            return get_task(self.task, seq_len=self.seq_len, k=self.k, seed=self.task_seed)
+        return get_task(self.task, seq_len=self.seq_len, k=self.k, seed=self.task_seed, symbols=self.symbols)
 
     def architecture(self, task: Task) -> Architecture:
         return Architecture(self.num_layers, self.num_heads, self.width, self.head_dim, self.ff_dim,
@@ -92,8 +99,7 @@ def deterministic_torch(threads: int = 1):
 
 def training_sample(config: TrainConfig) -> tuple[np.ndarray, np.ndarray]:
     """The fixed training sample S (tokens, labels) of a config."""
-    rng = np.random.default_rng(np.random.SeedSequence([config.data_seed, 0x5A3]))
-    return config.make_task().sample(config.n_train, rng)
+    return training_sample_of(config.make_task(), config.n_train, config.data_seed)
 
 
 def fresh_sample(task: Task, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -163,8 +169,7 @@ def train(config: TrainConfig) -> tuple[AnalysisTransformer, dict]:
         model.eval()
         record = {
             "config": asdict(config),
-            "task": {"name": task.name, "rule": task.rule, "seq_len": task.seq_len,
-                     "positions": list(task.positions), "vocab_size": task.vocab_size},
+            "task": task.record(),
             "final_batch_loss": float(loss.detach()),
             "train": evaluate(model, tokens, labels),
         }

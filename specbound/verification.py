@@ -35,12 +35,13 @@ from specbound.certified.norms import schatten_power, spectral_norm
 from specbound.certified.radii import MatrixRounding, dominates, power_ball
 from specbound.checkpoint import file_sha256, load_weights
 from specbound.derivation.theorem import VARIANTS, unproven_overrides
-from specbound.empirical import dataset_of, empirical_ball, from_record, task_record
+from specbound.empirical import dataset_of, empirical_ball, from_record, task_record, training_record
 from specbound.errors import SpecboundError
 from specbound.pipeline import scope_of
 from specbound.plan import BoundSettings
 from specbound.vocabulary import (
-    CERTIFIED_SOURCES, EMPIRICAL_DATA, EMPIRICAL_NONE, EMPIRICAL_SOURCES, EMPIRICAL_TASK, EMPIRICAL_USER,
+    CERTIFIED_SOURCES, EMPIRICAL_DATA, EMPIRICAL_NONE, EMPIRICAL_SOURCES, EMPIRICAL_TASK, EMPIRICAL_TRAIN,
+    EMPIRICAL_USER,
 )
 
 ARB_ROUTE_MAX_DIM = 256
@@ -141,6 +142,11 @@ def _check_claims(cert: dict, weights, settings: BoundSettings, checkpoint, rep:
         own = task_record(weights, checkpoint)
         rep.compare("empirical_source.detail.task", detail.get("task"), own)
         rep.compare("empirical_source.detail.n", detail.get("n"), settings.n)
+    if kind == EMPIRICAL_TRAIN:
+        detail = src.get("detail") or {}
+        own = training_record(checkpoint)
+        rep.compare("empirical_source.detail", detail, own)
+        rep.compare("settings.n", settings.n, (own or {}).get("n"))
 
 
 def verify(cert_source, checkpoint: str | os.PathLike | None = None, *,

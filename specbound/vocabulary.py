@@ -38,12 +38,16 @@ EMPIRICAL_DATA = "data"
 """The empirical term is the certified ramp loss on a data file."""
 EMPIRICAL_TASK = "task"
 """The empirical term is the certified ramp loss on fresh samples of the model's recorded task."""
+EMPIRICAL_TRAIN = "train"
+"""The empirical term is the certified ramp loss on the model's own training sample S, regenerated
+from the recorded task, data seed and size (S = the training sample, n = the number of training
+examples)."""
 EMPIRICAL_USER = "user"
 """The empirical term is a number the user supplied: NOT certified."""
 EMPIRICAL_NONE = "none"
 """No empirical term: only complexity + confidence are certified."""
-EMPIRICAL_SOURCES: tuple[str, ...] = (EMPIRICAL_DATA, EMPIRICAL_TASK, EMPIRICAL_USER, EMPIRICAL_NONE)
-CERTIFIED_SOURCES: tuple[str, ...] = (EMPIRICAL_DATA, EMPIRICAL_TASK)
+EMPIRICAL_SOURCES: tuple[str, ...] = (EMPIRICAL_DATA, EMPIRICAL_TASK, EMPIRICAL_TRAIN, EMPIRICAL_USER, EMPIRICAL_NONE)
+CERTIFIED_SOURCES: tuple[str, ...] = (EMPIRICAL_DATA, EMPIRICAL_TASK, EMPIRICAL_TRAIN)
 """The empirical sources whose term is an Arb enclosure (a certified forward pass)."""
 
 ANALYSIS_LAYOUT = "specbound-analysis-v1"

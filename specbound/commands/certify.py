@@ -14,7 +14,7 @@ import sys
 
 from specbound.errors import SpecboundError
 from specbound.vocabulary import (
-    EMPIRICAL_DATA, EMPIRICAL_TASK, EMPIRICAL_USER, FORWARD_METHODS, READOUT_TRAINED, READOUTS,
+    EMPIRICAL_DATA, EMPIRICAL_TASK, EMPIRICAL_TRAIN, EMPIRICAL_USER, FORWARD_METHODS, READOUT_TRAINED, READOUTS,
 )
 
 
@@ -110,6 +110,10 @@ def _source_line(result) -> str:
     if src.kind == EMPIRICAL_TASK:
         d = src.detail
         return f"certified on {d['n']} fresh samples of task {d['task']['name']} (seed {d['seed']})"
+    if src.kind == EMPIRICAL_TRAIN:
+        d = src.detail
+        return (f"certified on S = the training sample (n = {d['n']} training examples of task "
+                f"{d['task']['name']}, data seed {d['data_seed']})")
     if src.kind == EMPIRICAL_USER:
         return "user-supplied, NOT certified"
     return "missing"

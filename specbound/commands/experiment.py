@@ -43,8 +43,13 @@ def _training_arguments(p: argparse.ArgumentParser, *, steps: int, layers: bool 
                         "(Llama style: RoPE, grouped keys, gated feed-forward; use --activation silu)")
     g.add_argument("--kv-heads", type=int, default=0, metavar="G",
                    help="key/value groups of the LS variants (default: one per head)")
-    g.add_argument("--task", default="sparse_majority", help="sparse_majority (default) or sparse_parity")
+    g.add_argument("--task", default="sparse_majority",
+                   help="sparse_majority (default), sparse_parity (2^(seq_len-1) inputs: enumerable) or "
+                        "symbol_majority (--symbols symbols: not enumerable)")
+    g.add_argument("--symbols", type=int, default=None,
+                   help="symbols of symbol_majority (default 16; the binary tasks have 2)")
     g.add_argument("--seq-len", type=int, default=17, help="tokens per sequence, CLS included (default 17)")
+    g.add_argument("--data-seed", type=int, default=1, help="seed of the training sample S (default 1)")
     g.add_argument("--k", type=int, default=3, help="hidden positions (default 3)")
     g.add_argument("--steps", type=int, default=steps, metavar="S", help=f"Adam steps (default {steps})")
     g.add_argument("--lr", type=float, default=3e-3, help="learning rate (default 3e-3)")
@@ -107,10 +112,11 @@ def _train_config(args: argparse.Namespace, layers: int, width: int):
 
     heads = args.heads or 2
     return TrainConfig(
-        task=args.task, seq_len=args.seq_len, k=args.k, num_layers=layers, num_heads=heads, width=width,
+        task=args.task, seq_len=args.seq_len, k=args.k,
+        symbols=args.symbols or (16 if args.task == "symbol_majority" else 2), num_layers=layers, num_heads=heads, width=width,
         head_dim=getattr(args, "head_dim", None) or max(1, width // (2 * heads)),
         ff_dim=getattr(args, "ff", None) or 2 * width, activation=args.activation, steps=args.steps,
-        lr=args.lr, batch=args.batch, n_train=args.n_train, seed=args.seed, loss=args.loss,
+        lr=args.lr, batch=args.batch, n_train=args.n_train, seed=args.seed, data_seed=args.data_seed, loss=args.loss,
         reg=args.reg, reg_kind=args.reg_kind, reg_p=args.reg_p,
         variant=getattr(args, "variant", "plain"), num_kv_heads=getattr(args, "kv_heads", 0))
 
@@ -187,6 +193,13 @@ def _print_run(out: dict) -> None:
           f"DD {p['DD']:.6g}, Lambda {p['Lambda']:.6g}, rho {p['rho']:.6g}, B_w {p['B_w']:.6g}]")
     print(f"  largest part: {b['dominant']}; route: {b['complexity_route']}")
     ratio = out["bound_over_test_error"]
+    h = out.get("heldout_same_n")
+    if h is not None:
+        print(f"held-out bound an auditor could use instead (n = {h['n']} fresh samples, seed {h['seed']}): "
+              f"{h['errors']}/{h['n']} errors, one-sided {100 * h['one_sided_level']:.0f}% Clopper-Pearson "
+              f"upper limit {h['upper']:.6g}")
+    if out.get("exact_risk") is not None:
+        print(f"exact risk (every input enumerated, float64 forward): {out['exact_risk']:.6g}")
     print("bound / test error: " + ("inf (no test error observed)" if ratio is None else f"{ratio:.6g}")
           + f"; bound / CP upper limit: {out['bound_over_test_upper']:.6g}")
     pr = out["proxies"]

@@ -20,8 +20,9 @@ from specbound.experiments.binomial import clopper_pearson
 from specbound.experiments.config import ExperimentConfig
 from specbound.numeric.proxies import paper_proxies
 from specbound.pipeline import certify
-from specbound.train import train
 from specbound.scope import is_vacuous
+from specbound.tasks import Task
+from specbound.train import fresh_sample, train
 
 
 # --------------------------------------------------------------------------- one experiment
@@ -64,6 +65,24 @@ def observed_error(model, tokens: np.ndarray, labels: np.ndarray, *, confidence:
     return ObservedError(n=n, errors=errors, rate=errors / n, lower=lo, upper=hi, confidence=confidence, seed=seed)
 
 
+def heldout_bound(model, task: Task, n: int, *, delta: float = 0.05, seed: int = 2) -> ObservedError:
+    """The test-set bound an auditor with ``n`` *fresh* examples could compute instead of a
+    generalization bound: the one-sided ``1 - delta`` Clopper-Pearson upper limit of the 0-1 error
+    on ``n`` fresh i.i.d. samples (drawn from ``seed``).  It is the upper end of the two-sided
+    ``1 - 2 delta`` interval (:func:`clopper_pearson`), stored with ``confidence = 1 - 2 delta``."""
+    tokens, labels = fresh_sample(task, int(n), seed)
+    return observed_error(model, tokens, labels, confidence=1.0 - 2.0 * delta, seed=seed)
+
+
+def exact_risk(model, task: Task) -> float | None:
+    """The exact 0-1 risk ``P(y f(X) <= 0)`` by enumerating every input (float64 forward pass, every
+    input has probability ``1 / task.input_count``), or None when the task is not enumerable."""
+    if not task.enumerable:
+        return None
+    tokens, labels = task.all_inputs()
+    return float(np.count_nonzero(float_margins(model, tokens, labels) <= 0)) / len(labels)
+
+
 @dataclass(frozen=True)
 class ExperimentResult:
     """What :func:`run_experiment` measured (JSON-able through :meth:`as_dict`)."""
@@ -74,6 +93,8 @@ class ExperimentResult:
     proxies: dict
     seconds: dict
     model: object = field(default=None, repr=False, compare=False)  #: the trained AnalysisTransformer
+    heldout: ObservedError | None = None  #: :func:`heldout_bound` with as many fresh examples as S
+    exact: float | None = None  #: :func:`exact_risk` (None when the task is not enumerable)
 
     @property
     def ratio(self) -> float:
@@ -92,6 +113,10 @@ class ExperimentResult:
             "bound_over_test_upper": _finite_or_none(self.bound.get("value", math.nan) / self.test.upper),
             "proxies": self.proxies,
             "seconds": self.seconds,
+            "heldout_same_n": None if self.heldout is None else {
+                **self.heldout.as_dict(), "one_sided_level": 1.0 - self.config.delta,
+                "note": "one-sided 1-delta Clopper-Pearson upper limit on n fresh samples (a test-set bound)"},
+            "exact_risk": self.exact,
         }
 
 
@@ -136,6 +161,9 @@ def run_experiment(
     t0 = time.perf_counter()
     tokens, labels = config.test_sample()
     observed = observed_error(model, tokens, labels, confidence=config.confidence, seed=config.test_seed)
+    task = config.train.make_task()
+    heldout = heldout_bound(model, task, config.bound_n, delta=config.delta, seed=config.test_seed)
+    exact = exact_risk(model, task)
     seconds["test"] = time.perf_counter() - t0
 
     weights = weights_of(model)
@@ -150,7 +178,8 @@ def run_experiment(
         bound = certified_bound(model, config)
         seconds["bound"] = time.perf_counter() - t0
     return ExperimentResult(config=config, training=record, test=observed, bound=bound,
-                            proxies=proxies, seconds=seconds, model=model if keep_model else None)
+                            proxies=proxies, seconds=seconds, model=model if keep_model else None,
+                            heldout=heldout, exact=exact)
 
 
 # --------------------------------------------------------------------------- the bound

@@ -140,3 +140,40 @@ def test_forward_option_rejects_an_unknown_method(capsys):
         main(["certify", "--forward", "gpu"])
     assert exc.value.code == 2
     assert "--forward" in capsys.readouterr().err
+
+
+def test_certify_on_the_training_sample_when_the_record_asks_for_it(capsys, tmp_path):
+    # S = the training sample, regenerated from the recorded data seed: the certified empirical term
+    # is computed on exactly the n_train examples training drew, and verify re-draws the same ones.
+    from dataclasses import replace
+
+    from specbound.empirical import resolve
+    from specbound.checkpoint import load_weights
+    from specbound.errors import SpecboundError
+    from specbound.train import TrainConfig, train, training_sample
+
+    cfg = TrainConfig(task="symbol_majority", symbols=4, seq_len=5, k=3, num_layers=1, num_heads=1,
+                      width=4, head_dim=1, ff_dim=2, steps=3, batch=8, n_train=24, lr=1e-2, data_seed=5)
+    model, record = train(cfg)
+    ckpt = tmp_path / "m.safetensors"
+    model.save(ckpt)
+    ckpt.with_suffix(".json").write_text(json.dumps({**record, "bound_sample": "train"}))
+    weights = load_weights(ckpt)
+    source, data, n = resolve(weights, ckpt, None, n=None, empirical=None, samples=None, seed=None)
+    tokens, labels = training_sample(cfg)
+    assert source.kind == "train" and source.certified and n == 24 == data.n
+    assert np.array_equal(data.tokens, tokens) and np.array_equal(data.labels, labels)
+    other, _ = training_sample(replace(cfg, data_seed=6))
+    assert not np.array_equal(data.tokens, other)
+    assert resolve(weights, ckpt, None, n=None, empirical=None, samples=10, seed=None)[0].kind == "task"
+    with pytest.raises(SpecboundError, match="training sample"):
+        resolve(weights, ckpt, None, n=25, empirical=None, samples=None, seed=None)
+
+    cert = tmp_path / "cert.json"
+    code, out, err = run(capsys, "certify", str(ckpt), "--out", str(cert))
+    assert code == 0, err
+    assert "S = the training sample (n = 24 training examples of task symbol_majority, data seed 5)" in out
+    doc = json.loads(cert.read_text())
+    assert doc["empirical_source"]["kind"] == "train" and doc["settings"]["n"] == 24
+    code, out, _ = run(capsys, "verify", str(cert), str(ckpt))
+    assert code == 0 and out.startswith("VALID")

@@ -162,6 +162,36 @@ def test_certified_empirical_term_dominates_the_float_zero_one_error_on_the_same
     assert result.bound["parts"]["empirical"] >= emp["certified_upper"] * (1 - 1e-15)
 
 
+def test_heldout_bound_is_the_one_sided_clopper_pearson_limit_on_n_fresh_samples(tiny_result):
+    cfg, result = tiny_result
+    h = result.heldout
+    assert h.n == cfg.bound_n and h.confidence == pytest.approx(1 - 2 * cfg.delta)
+    assert h.upper == clopper_pearson(h.errors, h.n, 1 - 2 * cfg.delta)[1]
+    d = result.as_dict()["heldout_same_n"]
+    assert d["n"] == cfg.bound_n and d["one_sided_level"] == pytest.approx(0.95)
+    # the generalization bound from S is never tighter than the held-out limit here (barely trained)
+    assert result.bound["value"] >= h.lower
+
+
+def test_exact_risk_enumerates_every_bit_string(tiny_model, tiny_result):
+    # Independent enumeration: itertools over the 2^16 bit strings, labels by hand.
+    import itertools
+
+    from specbound.experiment import exact_risk, float_margins
+    from specbound.tasks import symbol_majority
+
+    cfg, result = tiny_result
+    bits = np.array(list(itertools.product((0, 1), repeat=16)), dtype=np.int64)
+    tokens = np.hstack([np.zeros((len(bits), 1), dtype=np.int64), bits + 1])
+    hidden = bits[:, [p - 1 for p in TINY.make_task().positions]]
+    labels = np.where(hidden.sum(axis=1) >= 2, 1.0, -1.0)
+    expected = np.count_nonzero(float_margins(tiny_model, tokens, labels) <= 0) / 2 ** 16
+    assert result.exact == expected and result.as_dict()["exact_risk"] == expected
+    assert 0 < expected < 0.5  # barely trained: the check is not vacuous
+    assert result.test.lower <= expected <= result.test.upper  # the seeds are fixed: deterministic
+    assert exact_risk(None, symbol_majority()) is None  # 2^64 inputs: not enumerable
+
+
 def test_observed_error_agrees_with_the_training_evaluator_and_counts_zero_outputs_as_errors(tiny_model):
     import copy
 

@@ -6,12 +6,15 @@ import numpy as np
 import pytest
 
 from specbound.errors import SpecboundError
-from specbound.tasks import CLS, TASKS, Task, get_task, sparse_majority, sparse_parity
+from specbound.tasks import (
+    CLS, ENUMERABLE_LIMIT, TASKS, Task, get_task, sparse_majority, sparse_parity, symbol_majority,
+    training_sample_of,
+)
 
 
-def brute_label(rule: str, positions, tokens_row) -> float:
-    """The rule read off one token row by hand: bit = token - 1 at each hidden index."""
-    bits = [int(tokens_row[p]) - 1 for p in positions]
+def brute_label(rule: str, positions, tokens_row, symbol_bits=(0, 1)) -> float:
+    """The rule read off one token row by hand: bit = symbol_bits[token - 1] at each hidden index."""
+    bits = [symbol_bits[int(tokens_row[p]) - 1] for p in positions]
     if rule == "majority":
         return 1.0 if sum(bits) > len(bits) / 2 else -1.0
     return 1.0 if sum(bits) % 2 == 0 else -1.0
@@ -24,7 +27,7 @@ def test_sample_shapes_dtypes_and_token_ranges(name):
     assert tokens.shape == (500, task.seq_len) and tokens.dtype == np.int64
     assert labels.shape == (500,) and labels.dtype == np.float64
     assert np.all(tokens[:, 0] == CLS)
-    assert set(np.unique(tokens[:, 1:])) <= {1, 2} and tokens.max() < task.vocab_size
+    assert set(np.unique(tokens[:, 1:])) == set(range(1, task.vocab_size))
     assert set(np.unique(labels)) <= {-1.0, 1.0}
 
 
@@ -32,7 +35,7 @@ def test_sample_shapes_dtypes_and_token_ranges(name):
 def test_labels_follow_the_rule_on_the_hidden_positions(name):
     task = get_task(name, seq_len=9, k=3, seed=4)
     tokens, labels = task.sample(300, np.random.default_rng(1))
-    expected = [brute_label(task.rule, task.positions, row) for row in tokens]
+    expected = [brute_label(task.rule, task.positions, row, task.symbol_bits) for row in tokens]
     np.testing.assert_array_equal(labels, expected)
 
 
@@ -52,7 +55,9 @@ def test_labels_are_balanced_and_bits_uniform(name):
     task = get_task(name)
     tokens, labels = task.sample(20_000, np.random.default_rng(3))
     assert abs(np.mean(labels > 0) - 0.5) < 0.015
-    assert np.all(np.abs((tokens[:, 1:] == 2).mean(axis=0) - 0.5) < 0.015)
+    bits = np.array(task.symbol_bits)[tokens[:, 1:] - 1]
+    assert np.all(np.abs(bits.mean(axis=0) - 0.5) < 0.015)
+    assert np.all(np.abs((tokens[:, 1:] == 1).mean(axis=0) - 1 / (task.vocab_size - 1)) < 0.015)
 
 
 def test_parity_hides_every_single_bit():
@@ -90,3 +95,64 @@ def test_empty_sample_is_allowed():
 def test_bad_task_arguments_raise(make):
     with pytest.raises(SpecboundError):
         make()
+
+
+# ------------------------------------------------------------------ larger vocabulary, enumeration
+def test_binary_sampling_is_unchanged_by_the_symbol_generalisation():
+    # The stream of the shipped default: bits = integers(0, 2) then + 1 (hand formula, not the code).
+    task = sparse_majority()
+    tokens, _ = task.sample(50, np.random.default_rng(4))
+    bits = np.random.default_rng(4).integers(0, 2, size=(50, 16), dtype=np.int64)
+    np.testing.assert_array_equal(tokens[:, 1:], bits + 1)
+    assert task.symbol_bits == (0, 1) and task.vocab_size == 3
+
+
+def test_symbol_majority_has_half_of_its_symbols_carrying_bit_one():
+    task = symbol_majority(symbols=16, seed=3)
+    assert task.vocab_size == 17 and len(task.symbol_bits) == 16 and sum(task.symbol_bits) == 8
+    assert task.positions == sparse_majority(seed=3).positions
+    assert symbol_majority(symbols=16, seed=3) == task
+    assert len({symbol_majority(seed=s).symbol_bits for s in range(6)}) > 1
+    with pytest.raises(SpecboundError):
+        symbol_majority(symbols=7)
+
+
+def test_input_counts_and_which_tasks_are_enumerable():
+    assert sparse_majority().input_count == 2 ** 16 and sparse_majority().enumerable
+    assert sparse_parity().enumerable
+    assert symbol_majority().input_count == 16 ** 16 == 2 ** 64
+    assert not symbol_majority().enumerable
+    assert ENUMERABLE_LIMIT == 2 ** 20
+    assert not sparse_majority(seq_len=22).enumerable and sparse_majority(seq_len=21).enumerable
+    with pytest.raises(SpecboundError, match="cannot be enumerated"):
+        symbol_majority().all_inputs()
+
+
+@pytest.mark.parametrize("task", [sparse_majority(seq_len=9, k=3, seed=1), sparse_parity(seq_len=7, k=3),
+                                  symbol_majority(seq_len=5, k=3, symbols=4, seed=2)])
+def test_all_inputs_lists_every_input_once_with_its_label(task):
+    tokens, labels = task.all_inputs()
+    m = task.vocab_size - 1
+    assert len(tokens) == m ** (task.seq_len - 1) == task.input_count
+    assert len({tuple(r) for r in tokens}) == len(tokens) and np.all(tokens[:, 0] == CLS)
+    assert set(np.unique(tokens[:, 1:])) == set(range(1, m + 1))
+    expected = [brute_label(task.rule, task.positions, row, task.symbol_bits) for row in tokens]
+    np.testing.assert_array_equal(labels, expected)
+
+
+def test_task_record_round_trip_and_old_records():
+    task = symbol_majority(seed=5)
+    assert Task.from_record(task.record()) == task
+    old = {"name": "sparse_majority", "rule": "majority", "seq_len": 17, "positions": [1, 4, 11], "vocab_size": 3}
+    assert Task.from_record(old) == Task("sparse_majority", "majority", 17, (1, 4, 11))
+    with pytest.raises(SpecboundError):
+        Task("x", "majority", 17, (1, 2, 3), vocab_size=4)  # 2 symbols need a vocabulary of 3
+
+
+def test_training_sample_is_a_function_of_the_data_seed():
+    task = symbol_majority()
+    a, b = training_sample_of(task, 100, 7), training_sample_of(task, 100, 7)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert not np.array_equal(a[0], training_sample_of(task, 100, 8)[0])
+    # the training stream is not the plain default_rng(seed) stream of fresh task samples
+    assert not np.array_equal(a[0], task.sample(100, np.random.default_rng(7))[0])
