@@ -142,13 +142,6 @@ class Checkpoint:
             raise NonFiniteError(
                 f"{self.path}: tensor '{name}' has {bad} NaN/Inf entr{'y' if bad == 1 else 'ies'}"
             )
-        top = float(np.max(np.abs(array))) if array.size else 0.0
-        if top > MAX_WEIGHT_MAGNITUDE or 0.0 < top < MIN_WEIGHT_MAGNITUDE:
-            raise NonFiniteError(
-                f"{self.path}: tensor '{name}' has largest entry {top:.3g}, outside the range "
-                f"[{MIN_WEIGHT_MAGNITUDE:g}, {MAX_WEIGHT_MAGNITUDE:g}] of trained weights (norms and "
-                "products of such entries overflow or underflow float64; rescale or zero the tensor)"
-            )
         return array
 
     def sha256(self) -> str:
@@ -518,4 +511,23 @@ def load_weights(
 
     ckpt = open_checkpoint(default_checkpoint_path() if path is None else path)
     adapter = detect(ckpt)
-    return adapter.adapt(ckpt, num_heads=num_heads, activation=activation)
+    weights = adapter.adapt(ckpt, num_heads=num_heads, activation=activation)
+    _check_magnitudes(ckpt.path, weights)
+    return weights
+
+
+def _check_magnitudes(where, weights: AnalysisWeights) -> None:
+    """Refuse covered matrices (factors) and read-outs outside the range trained weights live in."""
+    parts = [(m.name, m.left) for m in weights.matrices]
+    parts += [(m.name, m.right) for m in weights.matrices if m.right is not None]
+    if weights.readout is not None:
+        parts.append(("read-out", weights.readout))
+    for name, array in parts:
+        array = np.asarray(array)
+        top = float(np.max(np.abs(array))) if array.size else 0.0
+        if top > MAX_WEIGHT_MAGNITUDE or 0.0 < top < MIN_WEIGHT_MAGNITUDE:
+            raise NonFiniteError(
+                f"{where}: matrix {name} has largest entry {top:.3g}, outside the range "
+                f"[{MIN_WEIGHT_MAGNITUDE:g}, {MAX_WEIGHT_MAGNITUDE:g}] of trained weights (norms and "
+                "products of such entries overflow or underflow float64; rescale or zero the tensor)"
+            )
