@@ -145,8 +145,12 @@ def _check_claims(cert: dict, weights, settings: BoundSettings, checkpoint, rep:
     if kind == EMPIRICAL_TRAIN:
         detail = src.get("detail") or {}
         own = training_record(checkpoint)
-        rep.compare("empirical_source.detail", detail, own)
-        rep.compare("settings.n", settings.n, (own or {}).get("n"))
+        if own is None:
+            rep.add("empirical_source.kind", kind, "the checkpoint records no training sample")
+        else:
+            for key in ("task", "data_seed", "n"):
+                rep.compare(f"empirical_source.detail.{key}", detail.get(key), own[key])
+            rep.compare("settings.n", settings.n, own["n"])
 
 
 def verify(cert_source, checkpoint: str | os.PathLike | None = None, *,
