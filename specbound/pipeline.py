@@ -20,7 +20,7 @@ from fractions import Fraction
 import numpy as np
 import torch
 
-from specbound.adapters import capabilities
+from specbound.adapters import capabilities, spec_of
 from specbound.certified.bound import certify_bound
 from specbound.certified.factored import enclose
 from specbound.certified.radii import power_ball
@@ -32,7 +32,8 @@ from specbound.model import AnalysisTransformer
 from specbound.numeric import planner
 from specbound.plan import BoundSettings
 from specbound.progress import progress_bar
-from specbound.vocabulary import CAPABILITY_FLOAT_FORWARD, READOUT_TRAINED
+from specbound.errors import SpecboundError
+from specbound.vocabulary import CAPABILITY_CERTIFY, CAPABILITY_FLOAT_FORWARD, READOUT_TRAINED
 
 @dataclass(frozen=True)
 class CertifyResult:
@@ -62,6 +63,19 @@ def float_margins(weights, data) -> np.ndarray | None:
     with torch.no_grad():
         f = model(torch.from_numpy(np.asarray(data.tokens))).numpy()
     return f * np.asarray(data.labels, dtype=np.float64)
+
+
+def refuse_outside_theorem(weights, checkpoint=None) -> None:
+    """A one-line SpecboundError unless the adapter of ``weights`` declares ``certify``: it names the
+    family and the first component of the model outside the theorem (the registry says which)."""
+    spec = spec_of(weights.layout)
+    if CAPABILITY_CERTIFY in spec.capabilities:
+        return
+    family = weights.scope.family if weights.scope is not None else spec.layout
+    raise SpecboundError(
+        f"{'<embedded default>' if checkpoint is None else checkpoint}: certify is not available for "
+        f"this {family}: {spec.outside_theorem or 'outside the theorem'}; spectra and proxies work"
+    )
 
 
 def choose_plan(weights, settings, enclosures, margins=None):
@@ -113,6 +127,7 @@ def certify(
     notes = {}
     t0 = time.perf_counter()
     weights = load_weights(checkpoint, num_heads=num_heads)
+    refuse_outside_theorem(weights, checkpoint)
     if settings is not None:
         n, delta, margin, empirical, readout = (settings.n, settings.delta, settings.margin,
                                                 settings.empirical, settings.readout)

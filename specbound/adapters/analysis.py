@@ -27,10 +27,25 @@ import numpy as np
 from ..errors import LayoutError
 from ..scope import ModelScope
 from ..matrices import AnalysisWeights, NamedMatrix, ordered
-from . import _checks
+from ..vocabulary import (
+    ANALYSIS_LAYOUT, CAPABILITY_CERTIFY, CAPABILITY_FLOAT_FORWARD, CAPABILITY_MATRICES,
+    CAPABILITY_RECORDED_TASK, VIEW_ANALYSIS,
+)
+from . import helpers
+from .helpers import AdapterSpec, Reads, check_view
 
-LAYOUT = "specbound-analysis-v1"
+LAYOUT = ANALYSIS_LAYOUT
 EXPECTED = "layers.{l}.attn.W_Q/W_K/W_V/W_O, layers.{l}.ff.M_in/M_out, readout.w"
+SPEC = AdapterSpec(
+    layout=LAYOUT,
+    families=("specbound",),
+    expected=EXPECTED,
+    capabilities=frozenset({CAPABILITY_MATRICES, CAPABILITY_FLOAT_FORWARD, CAPABILITY_RECORDED_TASK,
+                            CAPABILITY_CERTIFY}),
+    config_keys=("format", "num_layers", "num_heads", "width", "head_dim", "ff_dim", "activation",
+                 "task"),
+)
+"""The analysis model itself: no score scale (scores are x A x^T), so every view is the same."""
 
 _LAYER = re.compile(r"^layers\.(\d+)\.")
 
@@ -50,15 +65,18 @@ def _num_layers(ckpt, stated: int | None) -> int:
     return 1 + max(found) if found else 1
 
 
-def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) -> AnalysisWeights:
+def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
+          view: str = VIEW_ANALYSIS) -> AnalysisWeights:
     """Covered matrices of a ``specbound-analysis-v1`` checkpoint (see the module contract)."""
+    check_view(view)
+    reads = Reads(ckpt)
     meta = ckpt.metadata
     fmt = meta.get("format")
     if fmt is not None and fmt != LAYOUT:
         raise LayoutError(f"{ckpt.path}: unsupported format {fmt!r} (supported: {LAYOUT})")
 
     def stated(key: str) -> int | None:
-        return _checks.positive_int(ckpt, key, meta.get(key), "metadata")
+        return helpers.positive_int(ckpt, key, meta.get(key), "metadata")
 
     q0 = ckpt.shape("layers.0.attn.W_Q")
     m0 = ckpt.shape("layers.0.ff.M_in")
@@ -73,32 +91,33 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) 
     N = stated("width") or int(q0[1])
     d = stated("head_dim") or int(q0[2])
     d_ff = stated("ff_dim") or int(m0[1])
-    H = _checks.agree(ckpt, "num_heads", H, num_heads, "the checkpoint")
-    act = _checks.agree(ckpt, "activation", meta.get("activation"), activation, "metadata")
+    H = helpers.agree(ckpt, "num_heads", H, num_heads, "the checkpoint")
+    act = helpers.agree(ckpt, "activation", meta.get("activation"), activation, "metadata")
     if act is None:
         raise LayoutError(
             f"{ckpt.path}: activation unknown (no 'activation' metadata); pass activation"
         )
-    act = _checks.activation(ckpt, act)
+    act = helpers.activation(ckpt, act)
 
     matrices: list[NamedMatrix] = []
     for l in range(L):
         p = f"layers.{l}."
-        W_Q = ckpt.tensor(p + "attn.W_Q", (H, N, d))
-        W_K = ckpt.tensor(p + "attn.W_K", (H, N, d))
-        W_V = ckpt.tensor(p + "attn.W_V", (H, N, d))
-        W_O = ckpt.tensor(p + "attn.W_O", (H, d, N))
+        W_Q = reads.tensor(p + "attn.W_Q", (H, N, d), "W_Q of every head (QK left factors)")
+        W_K = reads.tensor(p + "attn.W_K", (H, N, d), "W_K of every head (QK right factors, transposed)")
+        W_V = reads.tensor(p + "attn.W_V", (H, N, d), "W_V of every head (V_tilde left factors)")
+        W_O = reads.tensor(p + "attn.W_O", (H, d, N), "W_O of every head (V_tilde right factors)")
         for h in range(H):
             matrices.append(
                 NamedMatrix(l, h, "QK", W_Q[h].copy(), np.ascontiguousarray(W_K[h].T))
             )
             matrices.append(NamedMatrix(l, h, "V_tilde", W_V[h].copy(), W_O[h].copy()))
-        matrices.append(NamedMatrix(l, -1, "M_in", ckpt.tensor(p + "ff.M_in", (N, d_ff))))
-        matrices.append(NamedMatrix(l, -1, "M_out", ckpt.tensor(p + "ff.M_out", (d_ff, N))))
-    readout = ckpt.tensor("readout.w", (N,))
+        matrices.append(NamedMatrix(l, -1, "M_in", reads.tensor(p + "ff.M_in", (N, d_ff), "M_in")))
+        matrices.append(NamedMatrix(l, -1, "M_out", reads.tensor(p + "ff.M_out", (d_ff, N), "M_out")))
+    readout = reads.tensor("readout.w", (N,), "read-out vector w")
 
     extra: dict = {"container": ckpt.container, "weights_file": str(ckpt.path),
-                   "metadata": dict(meta)}
+                   "metadata": dict(meta), "tensors_read": reads.used,
+                   "config_used": {k: meta[k] for k in SPEC.config_keys if k in meta}}
     if "task" in meta:
         extra["task"] = meta["task"]
     for name in ("embedding.E", "embedding.P"):
@@ -108,7 +127,7 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) 
                 raise LayoutError(
                     f"{ckpt.path}: tensor '{name}' has shape {tuple(shp)}, expected (rows, {N})"
                 )
-            extra[name] = ckpt.tensor(name)
+            extra[name] = reads.tensor(name, None, "fixed embedding (not covered; forward passes)")
     return AnalysisWeights(
         matrices=ordered(matrices),
         num_layers=L,
@@ -127,5 +146,6 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) 
             kept=("every weight of the network",),
             activation_source=f"checkpoint metadata -> {act}",
             readout="the checkpoint's read-out vector w on the CLS token (position 0)",
+            config_keys=tuple(k for k in SPEC.config_keys if k in meta),
         ),
     )
