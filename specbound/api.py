@@ -197,7 +197,15 @@ def certify(model: CheckpointSource | None = None, data: Any = None, **options: 
     return CertifyResult(_label(model), run_certify(_source(model), data=data, **options))
 
 
+def inspect(model: CheckpointSource, *, num_heads: int | None = None) -> Any:
+    """What specbound reads from ``model``: the :class:`specbound.inspection.Inspection` that
+    ``specbound inspect`` prints (``to_dict()``: its ``--json``)."""
+    from .inspection import inspect_checkpoint
+
+    return inspect_checkpoint(_source(model), num_heads=num_heads)
+
+
 __all__ = [
     "CertifyResult", "ProxiesResult", "SpectraResult",
-    "certify", "load_weights", "proxies", "spectra",
+    "certify", "inspect", "load_weights", "proxies", "spectra",
 ]
