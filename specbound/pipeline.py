@@ -20,11 +20,11 @@ from fractions import Fraction
 import numpy as np
 import torch
 
-from specbound.adapters import capabilities, spec_of
+from specbound.adapters import capabilities, detect
 from specbound.certified.bound import certify_bound
 from specbound.certified.factored import enclose
 from specbound.certified.radii import power_ball
-from specbound.checkpoint import load_weights
+from specbound.checkpoint import load_weights, open_checkpoint
 from specbound.empirical import (  # noqa: F401  (task_record/task_sample/EmpiricalSource: public here too)
     DEFAULT_SAMPLES, DEFAULT_SEED, EmpiricalSource, empirical_ball, resolve, task_record, task_sample,
 )
@@ -65,16 +65,19 @@ def float_margins(weights, data) -> np.ndarray | None:
     return f * np.asarray(data.labels, dtype=np.float64)
 
 
-def refuse_outside_theorem(weights, checkpoint=None) -> None:
-    """A one-line SpecboundError unless the adapter of ``weights`` declares ``certify``: it names the
-    family and the first component of the model outside the theorem (the registry says which)."""
-    spec = spec_of(weights.layout)
+def refuse_outside_theorem(checkpoint=None) -> None:
+    """A one-line SpecboundError unless the adapter the registry detects for ``checkpoint`` (None:
+    the embedded default) declares ``certify``; it names the families and the first component of
+    the model outside the theorem.  Reads the names and config only, no tensor values."""
+    if checkpoint is None:
+        return
+    spec = detect(open_checkpoint(checkpoint)).SPEC
     if CAPABILITY_CERTIFY in spec.capabilities:
         return
-    family = weights.scope.family if weights.scope is not None else spec.layout
     raise SpecboundError(
-        f"{'<embedded default>' if checkpoint is None else checkpoint}: certify is not available for "
-        f"this {family}: {spec.outside_theorem or 'outside the theorem'}; spectra and proxies work"
+        f"{checkpoint}: certify is not available for this {spec.layout}-style model "
+        f"({', '.join(spec.families)}): {spec.outside_theorem or 'outside the theorem'}; "
+        f"spectra, proxies and inspect work"
     )
 
 
@@ -126,8 +129,8 @@ def certify(
     clock = {}
     notes = {}
     t0 = time.perf_counter()
+    refuse_outside_theorem(checkpoint)  # from the header: before any tensor is read
     weights = load_weights(checkpoint, num_heads=num_heads)
-    refuse_outside_theorem(weights, checkpoint)
     if settings is not None:
         n, delta, margin, empirical, readout = (settings.n, settings.delta, settings.margin,
                                                 settings.empirical, settings.readout)

