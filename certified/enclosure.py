@@ -405,6 +405,30 @@ def fallback_enclosure(shape, fro: arb, zero_count: int = 0, rank_cap: int | Non
     return SingularValueEnclosure(tuple(shape), lower, upper, zero_count, "fallback", None, None, None, rank_cap)
 
 
+def scaled_enclosure(enc: SingularValueEnclosure, scale_sq) -> SingularValueEnclosure:
+    """Enclosure of the singular values of ``c W`` from one of ``W``, for ``c = sqrt(scale_sq) > 0``
+    (``scale_sq`` an exact positive rational).
+
+    Proof: sigma_i(c W) = c sigma_i(W) for c > 0 (the SVD of W scaled by c), so
+    lower_i * c <= sigma_i(cW) <= upper_i * c; Arb encloses c, and taking the lower endpoint of the
+    lower product and the upper endpoint of the upper one keeps both sides valid and exact (radius
+    0).  Multiplying by c > 0 keeps both sequences non-increasing, exact zeros zero, and the ranks.
+    """
+    if scale_sq == 1:
+        return enc
+    if scale_sq <= 0:
+        raise CertificationError(f"score scale squared {scale_sq} must be positive")
+    with precision(WORK_PREC):
+        c = (arb(int(scale_sq.numerator)) / arb(int(scale_sq.denominator))).sqrt()
+        lower = tuple(arb(0) if lo == 0 else (lo * c).lower() for lo in enc.lower)
+        upper = tuple(arb(0) if up == 0 else (up * c).upper() for up in enc.upper)
+        delta = None if enc.delta is None else (enc.delta * c).upper()
+    return SingularValueEnclosure(
+        shape=enc.shape, lower=lower, upper=upper, zero_count=enc.zero_count, method=enc.method,
+        delta=delta, eta_u=enc.eta_u, eta_v=enc.eta_v, rank_cap=enc.rank_cap,
+    )
+
+
 def enclose_singular_values(w: np.ndarray, *, method: str = "eft") -> SingularValueEnclosure:
     """Certified enclosure of every singular value of the float64 matrix ``w`` taken as exact.
 

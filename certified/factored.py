@@ -25,6 +25,7 @@ from specbound.certified.enclosure import (
     enclose_singular_values,
     enclosure_from_bounds,
     fallback_enclosure,
+    scaled_enclosure,
     zero_enclosure,
 )
 from specbound.errors import CertificationError
@@ -136,7 +137,11 @@ def enclose_factored(f: np.ndarray, g: np.ndarray) -> SingularValueEnclosure:
 
 def enclose(matrix: NamedMatrix, *, method: str = "eft") -> SingularValueEnclosure:
     """Certified singular values of a covered matrix: factored -> :func:`enclose_factored` of the exact
-    product; dense -> :func:`~specbound.certified.enclosure.enclose_singular_values` (``method``)."""
+    product; dense -> :func:`~specbound.certified.enclosure.enclose_singular_values` (``method``);
+    a score scale left over (``matrix.scale_sq != 1``) by
+    :func:`~specbound.certified.enclosure.scaled_enclosure`."""
     if matrix.is_factored:
-        return enclose_factored(matrix.left, matrix.right)
-    return enclose_singular_values(matrix.left, method=method)
+        enc = enclose_factored(matrix.left, matrix.right)
+    else:
+        enc = enclose_singular_values(matrix.left, method=method)
+    return scaled_enclosure(enc, matrix.scale_sq)

@@ -141,6 +141,8 @@ class ArbNetwork:
 
 
 def _head(qk: NamedMatrix, vt: NamedMatrix) -> _ArbHead:
+    if qk.scale_sq != 1 or vt.scale_sq != 1:  # only the project's own format has a forward pass
+        raise CertificationError(f"{qk.name}: a left-over score scale has no certified forward pass")
     # right = W_K^T, so X W_K = X right^T: store right^T to multiply on the right directly.
     q = _exact_mat(qk.left)
     k = None if qk.right is None else _exact_mat(np.ascontiguousarray(qk.right.T))

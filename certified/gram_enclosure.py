@@ -17,7 +17,7 @@ import numpy as np
 from flint import arb
 
 from specbound.certified.arb import check_finite, pow2
-from specbound.certified.enclosure import SingularValueEnclosure, zero_enclosure
+from specbound.certified.enclosure import SingularValueEnclosure, scaled_enclosure, zero_enclosure
 from specbound.certified.factored import enclose as enclose_residual
 from specbound.errors import CertificationError
 from specbound.matrices import NamedMatrix
@@ -275,7 +275,9 @@ def enclose_batch(
             out[members[0]] = _enclose_dense(matrices[members[0]], max_relative_width)
     for idx, mat in enumerate(matrices):
         if out[idx] is None:
-            out[idx] = enclose_residual(mat)
+            out[idx] = enclose_residual(mat)  # applies a left-over score scale itself
+        else:  # the Gram route enclosed left (@ right); a left-over score scale multiplies it
+            out[idx] = scaled_enclosure(out[idx], mat.scale_sq)
     return out  # type: ignore[return-value]
 
 

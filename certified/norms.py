@@ -146,7 +146,17 @@ def _exact_product_entries(f: np.ndarray, g: np.ndarray) -> tuple[list, int, int
 
 def entry_norms(matrix: NamedMatrix) -> tuple[arb, arb]:
     """((2,1) norm, (1,1) norm) balls of a covered matrix; factored matrices use the exact product
-    formed in Arb (m x r x n ball products; no float rounding of the product)."""
+    formed in Arb (m x r x n ball products; no float rounding of the product).  Both norms are
+    absolutely homogeneous, so a left-over score scale ``sqrt(scale_sq)`` multiplies them."""
+    n21, n11 = _entry_norms_unscaled(matrix)
+    if matrix.scale_sq == 1:
+        return n21, n11
+    with precision(WORK_PREC):
+        c = (arb(int(matrix.scale_sq.numerator)) / arb(int(matrix.scale_sq.denominator))).sqrt()
+        return n21 * c, n11 * c
+
+
+def _entry_norms_unscaled(matrix: NamedMatrix) -> tuple[arb, arb]:
     if not matrix.is_factored:
         return norm_21(matrix.left), norm_11(matrix.left)
     entries, m, n = _exact_product_entries(matrix.left, matrix.right)

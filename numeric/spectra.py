@@ -91,10 +91,12 @@ def _dense_stack(chunk: Sequence[NamedMatrix], device: torch.device) -> torch.Te
     """float64 values of the matrices of one chunk, shape (B, m, n), on ``device``."""
     left = torch.stack([torch.as_tensor(np.asarray(c.left), dtype=torch.float64) for c in chunk])
     left = left.to(device)
-    if not chunk[0].is_factored:
-        return left
-    right = torch.stack([torch.as_tensor(np.asarray(c.right), dtype=torch.float64) for c in chunk])
-    return torch.matmul(left, right.to(device))
+    if chunk[0].is_factored:
+        right = torch.stack([torch.as_tensor(np.asarray(c.right), dtype=torch.float64) for c in chunk])
+        left = torch.matmul(left, right.to(device))
+    if any(c.scale_sq != 1 for c in chunk):  # a score scale not folded into the factors (float path)
+        left = left * torch.tensor([c.scale for c in chunk], dtype=torch.float64, device=device)[:, None, None]
+    return left
 
 
 def compute_spectra(

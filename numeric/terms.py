@@ -193,6 +193,9 @@ def singular_values(
             else:
                 core = left @ right
         sig = torch.linalg.svdvals(core).to(torch.float64)[:, :k]
+        if any(matrices[j].scale_sq != 1 for j in idx):  # sigma(cW) = c sigma(W), c > 0
+            sig = sig * torch.tensor([matrices[j].scale for j in idx], dtype=torch.float64,
+                                     device=sig.device)[:, None]
         out[torch.tensor(idx, device=device), :k] = sig
     return out
 

@@ -19,7 +19,7 @@ from typing import Any
 from .version import __version__
 
 _API = frozenset(
-    {"certify", "spectra", "proxies", "load_weights", "CertifyResult", "SpectraResult",
+    {"certify", "spectra", "proxies", "load_weights", "inspect", "CertifyResult", "SpectraResult",
      "ProxiesResult"}
 )
 _ERRORS = frozenset({"SpecboundError", "CheckpointError", "LayoutError", "NonFiniteError"})

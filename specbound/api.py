@@ -58,10 +58,11 @@ def load_weights(
     *,
     num_heads: int | None = None,
     activation: str | None = None,
+    view: str = "analysis",
 ) -> AnalysisWeights:
-    """The covered matrices of ``model`` (None: the embedded default); see
-    :func:`specbound.checkpoint.load_weights`."""
-    return _load_weights(_source(model), num_heads=num_heads, activation=activation)
+    """The covered matrices of ``model`` (None: the embedded default) in ``view`` (``analysis``,
+    ``scores`` or ``proxy``); see :func:`specbound.checkpoint.load_weights`."""
+    return _load_weights(_source(model), num_heads=num_heads, activation=activation, view=view)
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,10 @@ def spectra(
     num_heads: int | None = None,
     device: str = "cpu",
     dtype: str = "float64",
+    view: str = "analysis",
 ) -> SpectraResult:
-    """Singular values of every covered matrix of ``model``, as ``specbound spectra`` computes."""
+    """Singular values of every covered matrix of ``model`` (in ``view``), as ``specbound spectra``
+    computes."""
     import torch
 
     from .numeric.spectra import compute_spectra, norm_summaries, resolve_device
@@ -109,7 +112,7 @@ def spectra(
         dev = resolve_device(device)
     except ValueError as exc:
         raise SpecboundError(str(exc)) from None
-    weights = load_weights(model, num_heads=num_heads)
+    weights = load_weights(model, num_heads=num_heads, view=view)
     values = compute_spectra(weights, dtype=getattr(torch, dtype), device=dev)
     return SpectraResult(_label(model), dtype, weights, values, tuple(norm_summaries(values)))
 
@@ -152,7 +155,7 @@ def proxies(
         dev = resolve_device(device)
     except ValueError as exc:
         raise SpecboundError(str(exc)) from None
-    weights = load_weights(model, num_heads=num_heads)
+    weights = load_weights(model, num_heads=num_heads, view="proxy")  # the proxies' convention
     values = compute_spectra(weights, device=dev)
     try:
         result = paper_proxies(weights, spectra=values)
@@ -209,7 +212,15 @@ def certify(model: CheckpointSource | None = None, data: Any = None, **options: 
     return CertifyResult(_label(model), run_certify(_source(model), data=data, **options))
 
 
+def inspect(model: CheckpointSource, *, num_heads: int | None = None) -> Any:
+    """What specbound reads from ``model``: the :class:`specbound.inspection.Inspection` that
+    ``specbound inspect`` prints (``to_dict()``: its ``--json``)."""
+    from .inspection import inspect_checkpoint
+
+    return inspect_checkpoint(_source(model), num_heads=num_heads)
+
+
 __all__ = [
     "CertifyResult", "ProxiesResult", "SpectraResult",
-    "certify", "load_weights", "proxies", "spectra",
+    "certify", "inspect", "load_weights", "proxies", "spectra",
 ]

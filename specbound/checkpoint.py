@@ -53,6 +53,7 @@ from .formats.hf_cache import hub_cache_dir, looks_like_repo_id, resolve_repo_id
 from .formats.safetensors_sharded import INDEX_FILES, open_sharded
 from .formats.state_dict import describe, is_in_memory, open_state_dict
 from .matrices import AnalysisWeights
+from .vocabulary import VIEW_ANALYSIS
 
 CheckpointSource = Any
 """A path (``str`` / ``os.PathLike``), a cached repo id, a state dict or a ``torch.nn.Module``."""
@@ -497,8 +498,14 @@ def load_weights(
     *,
     num_heads: int | None = None,
     activation: str | None = None,
+    view: str = VIEW_ANALYSIS,
 ) -> AnalysisWeights:
     """All covered matrices of a checkpoint, in canonical order (``matrices.ordered``).
+
+    ``view`` (:data:`specbound.vocabulary.VIEWS`): ``analysis`` (default; the adapter's analysis
+    model, the model's score scale on the query side: spectra and certify), ``scores`` (per-head
+    score and value-output matrices with the scale) or ``proxy`` (no score scale: the paper
+    proxies' convention).
 
     ``path`` is anything :func:`open_checkpoint` accepts (a path, a cached repo id, a state dict, a
     ``torch.nn.Module`` or ``transformers`` model); ``path=None`` loads the embedded default model.  The layout is detected from tensor names and
@@ -511,7 +518,7 @@ def load_weights(
 
     ckpt = open_checkpoint(default_checkpoint_path() if path is None else path)
     adapter = detect(ckpt)
-    weights = adapter.adapt(ckpt, num_heads=num_heads, activation=activation)
+    weights = adapter.adapt(ckpt, num_heads=num_heads, activation=activation, view=view)
     _check_magnitudes(ckpt.path, weights)
     return weights
 

@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "verify": "re-check a certificate JSON independently",
     "proxies": "the paper's BERT-adapted proxies (docs/design.md section 6), exactly",
     "spectra": "singular values and norm summary per matrix",
+    "inspect": "what is read from a checkpoint: family, config, tensors read and ignored, scope",
     "theorem": "the assembled theorem rendered from SymPy",
     "experiment": "train/evaluate reference models: bound vs observed error, scaling study",
 }

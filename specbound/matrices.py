@@ -21,6 +21,7 @@ rounding, which is what fast (uncertified) code may use.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import cached_property
 
 import numpy as np
@@ -34,8 +35,11 @@ class NamedMatrix:
     """One covered matrix ``W`` (exact real value) with its place in the network.
 
     Contract: ``left`` (and ``right`` if given) are finite float64 arrays; if ``right`` is None the
-    matrix is dense and equal to ``left``; otherwise it equals the exact product ``left @ right``.
-    ``head`` is -1 for layer-wise matrices (M_in, M_out).
+    matrix is dense and equal to ``sqrt(scale_sq) * left``; otherwise it equals the exact product
+    ``sqrt(scale_sq) * left @ right``.  ``scale_sq`` is an exact positive rational: the part of a
+    model's attention score scale (e.g. ``1/sqrt(d_h)``) that is not a power of two and so cannot be
+    folded into ``left`` exactly (adapters fold every power-of-two part; ``scale_sq == 1`` means
+    nothing is left over).  ``head`` is -1 for layer-wise matrices (M_in, M_out).
     """
 
     layer: int
@@ -43,6 +47,12 @@ class NamedMatrix:
     kind: str
     left: np.ndarray
     right: np.ndarray | None = None
+    scale_sq: Fraction = Fraction(1)
+
+    @property
+    def scale(self) -> float:
+        """float64 value of ``sqrt(scale_sq)`` (for float paths only; not exact in general)."""
+        return 1.0 if self.scale_sq == 1 else float(np.sqrt(float(self.scale_sq)))
 
     @property
     def is_factored(self) -> bool:
@@ -71,9 +81,8 @@ class NamedMatrix:
 
     def dense(self) -> np.ndarray:
         """float64 value of W (the rounded product for factored matrices; not exact)."""
-        if self.right is None:
-            return self.left
-        return self.left @ self.right
+        value = self.left if self.right is None else self.left @ self.right
+        return value if self.scale_sq == 1 else value * self.scale
 
 
 @dataclass(frozen=True, eq=False)

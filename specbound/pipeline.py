@@ -19,14 +19,14 @@ from fractions import Fraction
 
 import numpy as np
 
-from specbound.adapters import capabilities
+from specbound.adapters import capabilities, detect
 from specbound.certified.bound import certify_bound
 from specbound.certified.certificate import decimal_up
 from specbound.certified.gram_enclosure import METHOD as DEFAULT_ENCLOSURE, enclose_matrices
 from specbound.certified.radii import exact_value, power_ball
-from specbound.checkpoint import load_weights
+from specbound.checkpoint import load_weights, open_checkpoint
 from specbound.derivation.theorem import overrides_record
-from specbound.errors import CertificationError
+from specbound.errors import CertificationError, SpecboundError
 from specbound.empirical import (  # noqa: F401  (task_record/task_sample/EmpiricalSource: public here too)
     DEFAULT_SAMPLES, DEFAULT_SEED, EmpiricalSource, empirical_ball, resolve, task_record, task_sample,
 )
@@ -35,7 +35,7 @@ from specbound.numeric import planner
 from specbound.plan import BoundSettings
 from specbound.progress import progress_bar
 from specbound.scope import scope_block
-from specbound.vocabulary import CAPABILITY_FLOAT_FORWARD, FORWARD_FAST, READOUT_TRAINED
+from specbound.vocabulary import CAPABILITY_CERTIFY, CAPABILITY_FLOAT_FORWARD, FORWARD_FAST, READOUT_TRAINED
 
 @dataclass(frozen=True)
 class CertifyResult:
@@ -78,6 +78,22 @@ def float_margins(weights, data) -> np.ndarray | None:
     with torch.no_grad():
         f = model(torch.from_numpy(np.asarray(data.tokens))).numpy()
     return f * np.asarray(data.labels, dtype=np.float64)
+
+
+def refuse_outside_theorem(checkpoint=None) -> None:
+    """A one-line SpecboundError unless the adapter the registry detects for ``checkpoint`` (None:
+    the embedded default) declares ``certify``; it names the families and the first component of
+    the model outside the theorem.  Reads the names and config only, no tensor values."""
+    if checkpoint is None:
+        return
+    spec = detect(open_checkpoint(checkpoint)).SPEC
+    if CAPABILITY_CERTIFY in spec.capabilities:
+        return
+    raise SpecboundError(
+        f"{checkpoint}: certify is not available for this {spec.layout}-style model "
+        f"({', '.join(spec.families)}): {spec.outside_theorem or 'outside the theorem'}; "
+        f"spectra, proxies and inspect work"
+    )
 
 
 def choose_plan(weights, settings, enclosures, margins=None):
@@ -132,6 +148,7 @@ def certify(
     clock = {}
     notes = {}
     t0 = time.perf_counter()
+    refuse_outside_theorem(checkpoint)  # from the header: before any tensor is read
     weights = load_weights(checkpoint, num_heads=num_heads)
     if settings is not None:
         n, delta, margin, empirical, readout = (settings.n, settings.delta, settings.margin,

@@ -33,6 +33,22 @@ class ModelScope:
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
+    def statement(self) -> str:
+        """One sentence saying what a certified number is about, e.g. "analysis model of a BERT
+        encoder: kept ...; replaced: LayerNorm -> projection onto the unit ball; dropped: biases,
+        ...; activation: ...; read-out: ..."."""
+        parts = [f"analysis model of {self.family}"]
+        if self.kept:
+            parts.append("kept: " + ", ".join(self.kept))
+        if self.replaced:
+            parts.append("replaced: " + ", ".join(self.replaced))
+        if self.dropped:
+            parts.append("dropped: " + ", ".join(self.dropped))
+        if self.activation_source:
+            parts.append("activation: " + self.activation_source)
+        if self.readout:
+            parts.append("read-out: " + self.readout)
+        return "; ".join(parts)
 
 # ------------------------------------------------------------------------------------------------
 # the scope block of a certified result: what the number is a bound *for*, in every output

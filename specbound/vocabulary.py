@@ -23,6 +23,10 @@ ACTIVATIONS: tuple[str, ...] = ("gelu", "gelu_tanh", "relu", "silu")
 """Feed-forward activations whose Lipschitz constants are derived (proofs_notes/gelu_constants.md,
 proofs_notes/silu_constants.md)."""
 
+PLAIN_ACTIVATIONS: tuple[str, ...] = ("gelu", "gelu_tanh", "relu")
+"""Activations of a plain (ungated) feed-forward block the plain analysis model is evaluated for
+(proofs_notes/gelu_constants.md); SiLU enters only through the gated block of the Llama-style model."""
+
 MODEL_VARIANTS: tuple[str, ...] = ("plain", "residual", "causal", "ls", "ls_residual")
 """Analysis models the theorem is assembled for: the plain analysis model, its residual variant,
 the causal (GPT-2-style) model and the Llama-style model with and without residuals
@@ -54,6 +58,25 @@ ANALYSIS_LAYOUT = "specbound-analysis-v1"
 """The project's own checkpoint format (docs/checkpoint_format.md)."""
 BERT_LAYOUT = "bert"
 """Hugging Face BERT-family checkpoints (specbound/adapters/bert.py)."""
+DISTILBERT_LAYOUT = "distilbert"
+"""Hugging Face DistilBERT checkpoints (specbound/adapters/distilbert.py)."""
+VIT_LAYOUT = "vit"
+"""Hugging Face ViT checkpoints, older and newer tensor names (specbound/adapters/vit.py)."""
+GPT2_LAYOUT = "gpt2"
+"""Hugging Face GPT-2 checkpoints (specbound/adapters/gpt2.py)."""
+LLAMA_LAYOUT = "llama"
+"""Llama / Mistral / Qwen / Gemma-style decoders, Hugging Face or GGUF names (specbound/adapters/llama.py)."""
+T5_LAYOUT = "t5"
+"""The encoder of Hugging Face T5 checkpoints (specbound/adapters/t5.py)."""
+
+VIEW_ANALYSIS = "analysis"
+"""The adapter's analysis model, score scale on the query side (spectra, certify)."""
+VIEW_SCORES = "scores"
+"""Per-head score and value-output matrices with the score scale, for every family."""
+VIEW_PROXY = "proxy"
+"""Plain kinds without the score scale: the paper proxies' convention."""
+VIEWS: tuple[str, ...] = (VIEW_ANALYSIS, VIEW_SCORES, VIEW_PROXY)
+"""Which covered matrices an adapter returns (specbound/adapters/helpers.py)."""
 
 FORWARD_FAST = "fast"
 """Certified forward pass: binary64 program + a-priori Arb error bound (certified/fast_forward.py)."""
@@ -68,4 +91,7 @@ CAPABILITY_FLOAT_FORWARD = "float_forward"
 """An adapter gives a float forward pass (float margins, used only to choose the margin)."""
 CAPABILITY_RECORDED_TASK = "recorded_task"
 """An adapter's checkpoints may carry a recorded task to draw fresh samples from."""
-CAPABILITIES: tuple[str, ...] = (CAPABILITY_MATRICES, CAPABILITY_FLOAT_FORWARD, CAPABILITY_RECORDED_TASK)
+CAPABILITY_CERTIFY = "certify"
+"""An adapter's analysis model is inside a theorem the certified path evaluates."""
+CAPABILITIES: tuple[str, ...] = (CAPABILITY_MATRICES, CAPABILITY_FLOAT_FORWARD, CAPABILITY_RECORDED_TASK,
+                                 CAPABILITY_CERTIFY)

@@ -1,15 +1,21 @@
-"""Adapters: from a checkpoint's named tensors to the covered matrices of the analysis model.
+"""Adapters: from a checkpoint's named tensors to the covered matrices of an analysis model.
 
-An adapter is a module with
+The registry.  An adapter is one module with
 
-* ``LAYOUT: str`` -- the layout name recorded in :attr:`AnalysisWeights.layout`;
-* ``EXPECTED: str`` -- a one-line description of the tensor names it recognises;
+* ``SPEC: AdapterSpec`` -- its declaration (:class:`specbound.adapters.helpers.AdapterSpec`): layout
+  id, families, expected tensor names, capabilities (:data:`specbound.vocabulary.CAPABILITIES`),
+  the first component outside the theorem when it cannot ``certify``, config keys it reads;
 * ``matches(ckpt) -> bool`` -- whether the checkpoint's names/metadata are of this layout;
-* ``adapt(ckpt, *, num_heads, activation) -> AnalysisWeights``.
+* ``adapt(ckpt, *, num_heads, activation, view) -> AnalysisWeights``.
+
+A new architecture is one new module plus one line in :data:`ADAPTERS`.  Callers ask the registry
+(:func:`detect`, :func:`spec_of`, :func:`capabilities`), never compare layout ids.
 
 Contract of ``adapt``: every covered matrix ``W_j`` it returns equals, as an exact real matrix, the
-matrix the model applies (for a factored matrix, the exact product of its float64 factors); the
-architecture facts (L, H, N, d_h, d_ff, activation) are checked against every tensor shape used.
+matrix the model applies (for a factored matrix, the exact product of its float64 factors, times
+``sqrt(scale_sq)``); the architecture facts (L, H, N, d_h, d_ff, activation) are checked against
+every tensor shape used; ``extra['tensors_read']`` says what each tensor read was read as and
+``extra['config_used']`` the config values used.
 """
 
 from __future__ import annotations
@@ -17,35 +23,51 @@ from __future__ import annotations
 from types import ModuleType
 
 from ..errors import LayoutError
-from . import analysis, bert
+from . import analysis, bert, distilbert, gpt2, llama, t5, vit
+from .helpers import AdapterSpec, names_seen
 
-ADAPTERS: tuple[ModuleType, ...] = (analysis, bert)
-"""Tried in order; the project's own format first because its metadata names it explicitly."""
+ADAPTERS: tuple[ModuleType, ...] = (
+    analysis,    # the project's own format first: its metadata names it explicitly
+    bert,        # BERT, RoBERTa, XLM-R, ELECTRA, MiniLM
+    distilbert,
+    vit,         # older and newer ViT names
+    gpt2,
+    llama,       # Llama, Mistral, Qwen, Gemma; Hugging Face and GGUF names
+    t5,          # the encoder
+)
+"""Tried in order; one line per adapter."""
 
 
 def detect(ckpt) -> ModuleType:
-    """The adapter whose layout the checkpoint has; LayoutError listing what was expected if none."""
+    """The adapter whose layout the checkpoint has; a one-line LayoutError naming the tensors seen
+    and the families known if none."""
     for adapter in ADAPTERS:
         if adapter.matches(ckpt):
             return adapter
-    names = ckpt.names()
-    sample = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-    expected = "; ".join(f"{a.LAYOUT} ({a.EXPECTED})" for a in ADAPTERS)
+    known = "; ".join(f"{a.SPEC.layout} ({a.SPEC.expected})" for a in ADAPTERS)
+    families = ", ".join(f for a in ADAPTERS for f in a.SPEC.families)
     raise LayoutError(
-        f"{ckpt.path}: unknown layout ({len(names)} tensors: {sample or 'none'}); "
-        f"expected {expected}"
+        f"{ckpt.path}: unknown layout ({len(ckpt.names())} tensors: {names_seen(ckpt)}); "
+        f"known families: {families}; expected {known}"
     )
 
 
-# --- MINIMAL STUB (structure_app branch): the adapter-registry work replaces this function with a
-# --- registry lookup providing the same signature and meaning.
+def spec_of(layout: str) -> AdapterSpec:
+    """The declaration of the adapter of ``layout``; LayoutError if no adapter has it."""
+    for adapter in ADAPTERS:
+        if adapter.SPEC.layout == layout:
+            return adapter.SPEC
+    raise LayoutError(f"no adapter for layout {layout!r} (known: "
+                      f"{', '.join(a.SPEC.layout for a in ADAPTERS)})")
+
+
 def capabilities(layout: str) -> frozenset[str]:
-    """What an adapter of ``layout`` can give, from ``specbound.vocabulary.CAPABILITIES``:
-    "matrices" (always), "float_forward" (float margins for choosing rho), "recorded_task" (a task
-    record to draw fresh samples from)."""
-    if layout == analysis.LAYOUT:
-        return frozenset({"matrices", "float_forward", "recorded_task"})
-    return frozenset({"matrices"})
+    """What an adapter of ``layout`` can give (:data:`specbound.vocabulary.CAPABILITIES`); nothing
+    for a layout no adapter declares."""
+    try:
+        return spec_of(layout).capabilities
+    except LayoutError:
+        return frozenset()
 
 
-__all__ = ["ADAPTERS", "capabilities", "detect", "analysis", "bert"]
+__all__ = ["ADAPTERS", "AdapterSpec", "capabilities", "detect", "spec_of"]

@@ -34,12 +34,27 @@ from ..errors import LayoutError
 from ..scope import ModelScope
 from ..derivation.assembly import kv_group
 from ..matrices import AnalysisWeights, NamedMatrix, ordered
-from ..vocabulary import MODEL_VARIANTS
-from . import _checks
+from ..vocabulary import (
+    ANALYSIS_LAYOUT, CAPABILITY_CERTIFY, CAPABILITY_FLOAT_FORWARD, CAPABILITY_MATRICES,
+    CAPABILITY_RECORDED_TASK, MODEL_VARIANTS, VIEW_ANALYSIS,
+)
+from . import helpers
+from .helpers import AdapterSpec, Reads, check_view
 
-LAYOUT = "specbound-analysis-v1"
+LAYOUT = ANALYSIS_LAYOUT
 _LS = ("ls", "ls_residual")
 EXPECTED = "layers.{l}.attn.W_Q/W_K/W_V/W_O, layers.{l}.ff.M_in/M_out, readout.w"
+
+SPEC = AdapterSpec(
+    layout=LAYOUT,
+    families=("specbound",),
+    expected=EXPECTED,
+    capabilities=frozenset({CAPABILITY_MATRICES, CAPABILITY_FLOAT_FORWARD, CAPABILITY_RECORDED_TASK,
+                            CAPABILITY_CERTIFY}),
+    config_keys=("format", "num_layers", "num_heads", "width", "head_dim", "ff_dim", "activation",
+                 "task", "variant", "num_kv_heads"),
+)
+"""The analysis model itself: no score scale (scores are x A x^T), so every view is the same."""
 
 _LAYER = re.compile(r"^layers\.(\d+)\.")
 
@@ -59,15 +74,18 @@ def _num_layers(ckpt, stated: int | None) -> int:
     return 1 + max(found) if found else 1
 
 
-def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) -> AnalysisWeights:
+def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
+          view: str = VIEW_ANALYSIS) -> AnalysisWeights:
     """Covered matrices of a ``specbound-analysis-v1`` checkpoint (see the module contract)."""
+    check_view(view)
+    reads = Reads(ckpt)
     meta = ckpt.metadata
     fmt = meta.get("format")
     if fmt is not None and fmt != LAYOUT:
         raise LayoutError(f"{ckpt.path}: unsupported format {fmt!r} (supported: {LAYOUT})")
 
     def stated(key: str) -> int | None:
-        return _checks.positive_int(ckpt, key, meta.get(key), "metadata")
+        return helpers.positive_int(ckpt, key, meta.get(key), "metadata")
 
     ff0 = "layers.0.ff.G" if meta.get("variant") in _LS else "layers.0.ff.M_in"
     q0 = ckpt.shape("layers.0.attn.W_Q")
@@ -83,70 +101,71 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None) 
     N = stated("width") or int(q0[1])
     d = stated("head_dim") or int(q0[2])
     d_ff = stated("ff_dim") or int(m0[1])
-    H = _checks.agree(ckpt, "num_heads", H, num_heads, "the checkpoint")
-    act = _checks.agree(ckpt, "activation", meta.get("activation"), activation, "metadata")
+    H = helpers.agree(ckpt, "num_heads", H, num_heads, "the checkpoint")
+    act = helpers.agree(ckpt, "activation", meta.get("activation"), activation, "metadata")
     if act is None:
         raise LayoutError(
             f"{ckpt.path}: activation unknown (no 'activation' metadata); pass activation"
         )
-    act = _checks.activation(ckpt, act)
+    act = helpers.activation(ckpt, act)
 
     variant = meta.get("variant", "plain")
     if variant not in MODEL_VARIANTS:
         raise LayoutError(f"{ckpt.path}: unsupported variant {variant!r} (supported: {', '.join(MODEL_VARIANTS)})")
     if variant in _LS:
-        return _adapt_ls(ckpt, meta, L, H, N, d, d_ff, act, variant)
+        return _adapt_ls(ckpt, reads, meta, L, H, N, d, d_ff, act, variant)
 
     matrices: list[NamedMatrix] = []
     for l in range(L):
         p = f"layers.{l}."
-        W_Q = ckpt.tensor(p + "attn.W_Q", (H, N, d))
-        W_K = ckpt.tensor(p + "attn.W_K", (H, N, d))
-        W_V = ckpt.tensor(p + "attn.W_V", (H, N, d))
-        W_O = ckpt.tensor(p + "attn.W_O", (H, d, N))
+        W_Q = reads.tensor(p + "attn.W_Q", (H, N, d), "W_Q")
+        W_K = reads.tensor(p + "attn.W_K", (H, N, d), "W_K")
+        W_V = reads.tensor(p + "attn.W_V", (H, N, d), "W_V")
+        W_O = reads.tensor(p + "attn.W_O", (H, d, N), "W_O")
         for h in range(H):
             matrices.append(
                 NamedMatrix(l, h, "QK", W_Q[h].copy(), np.ascontiguousarray(W_K[h].T))
             )
             matrices.append(NamedMatrix(l, h, "V_tilde", W_V[h].copy(), W_O[h].copy()))
-        matrices.append(NamedMatrix(l, -1, "M_in", ckpt.tensor(p + "ff.M_in", (N, d_ff))))
-        matrices.append(NamedMatrix(l, -1, "M_out", ckpt.tensor(p + "ff.M_out", (d_ff, N))))
-    readout = ckpt.tensor("readout.w", (N,))
-    return _weights(ckpt, meta, matrices, readout, L, H, N, d, d_ff, act, variant, 0)
+        matrices.append(NamedMatrix(l, -1, "M_in", reads.tensor(p + "ff.M_in", (N, d_ff), "M_in")))
+        matrices.append(NamedMatrix(l, -1, "M_out", reads.tensor(p + "ff.M_out", (d_ff, N), "M_out")))
+    readout = reads.tensor("readout.w", (N,), "read-out vector w")
+    return _weights(ckpt, reads, meta, matrices, readout, L, H, N, d, d_ff, act, variant, 0)
 
 
-def _adapt_ls(ckpt, meta, L, H, N, d, d_ff, act, variant) -> AnalysisWeights:
+def _adapt_ls(ckpt, reads, meta, L, H, N, d, d_ff, act, variant) -> AnalysisWeights:
     """The LS variant's covered matrices (module contract) and its rotary tables."""
-    G = _checks.positive_int(ckpt, "num_kv_heads", meta.get("num_kv_heads"), "metadata") or H
+    G = helpers.positive_int(ckpt, "num_kv_heads", meta.get("num_kv_heads"), "metadata") or H
     if H % G:
         raise LayoutError(f"{ckpt.path}: {H} heads do not split into {G} key/value groups")
     matrices: list[NamedMatrix] = []
     for l in range(L):
         p = f"layers.{l}."
-        W_Q = ckpt.tensor(p + "attn.W_Q", (H, N, d))
-        W_K = ckpt.tensor(p + "attn.W_K", (G, N, d))
-        W_V = ckpt.tensor(p + "attn.W_V", (G, N, d))
-        W_O = ckpt.tensor(p + "attn.W_O", (H, d, N))
+        W_Q = reads.tensor(p + "attn.W_Q", (H, N, d), "W_Q")
+        W_K = reads.tensor(p + "attn.W_K", (G, N, d), "W_K")
+        W_V = reads.tensor(p + "attn.W_V", (G, N, d), "W_V")
+        W_O = reads.tensor(p + "attn.W_O", (H, d, N), "W_O")
         matrices += [NamedMatrix(l, h, "Q", W_Q[h].copy()) for h in range(H)]
         matrices += [NamedMatrix(l, g, "K", W_K[g].copy()) for g in range(G)]
         matrices += [NamedMatrix(l, h, "V_tilde", W_V[kv_group(h, H, G)].copy(), W_O[h].copy())
                      for h in range(H)]
-        matrices.append(NamedMatrix(l, -1, "G", ckpt.tensor(p + "ff.G", (N, d_ff))))
-        matrices.append(NamedMatrix(l, -1, "U", ckpt.tensor(p + "ff.U", (N, d_ff))))
-        matrices.append(NamedMatrix(l, -1, "D", ckpt.tensor(p + "ff.D", (d_ff, N))))
-    readout = ckpt.tensor("readout.w", (N,))
-    weights = _weights(ckpt, meta, matrices, readout, L, H, N, d, d_ff, act, variant, G)
+        matrices.append(NamedMatrix(l, -1, "G", reads.tensor(p + "ff.G", (N, d_ff), "gate G")))
+        matrices.append(NamedMatrix(l, -1, "U", reads.tensor(p + "ff.U", (N, d_ff), "up U")))
+        matrices.append(NamedMatrix(l, -1, "D", reads.tensor(p + "ff.D", (d_ff, N), "down D")))
+    readout = reads.tensor("readout.w", (N,), "read-out vector w")
+    weights = _weights(ckpt, reads, meta, matrices, readout, L, H, N, d, d_ff, act, variant, G)
     cos_shape = ckpt.shape("rope.cos")
     if len(cos_shape) != 2 or cos_shape[1] != d // 2:
         raise LayoutError(f"{ckpt.path}: tensor 'rope.cos' has shape {tuple(cos_shape)}, expected (T, {d // 2})")
-    weights.extra["rope.cos"] = ckpt.tensor("rope.cos", tuple(cos_shape))
-    weights.extra["rope.sin"] = ckpt.tensor("rope.sin", tuple(cos_shape))
+    weights.extra["rope.cos"] = reads.tensor("rope.cos", tuple(cos_shape), "rotary table")
+    weights.extra["rope.sin"] = reads.tensor("rope.sin", tuple(cos_shape), "rotary table")
     return weights
 
 
-def _weights(ckpt, meta, matrices, readout, L, H, N, d, d_ff, act, variant, num_kv) -> AnalysisWeights:
+def _weights(ckpt, reads, meta, matrices, readout, L, H, N, d, d_ff, act, variant, num_kv) -> AnalysisWeights:
     extra: dict = {"container": ckpt.container, "weights_file": str(ckpt.path),
-                   "metadata": dict(meta)}
+                   "metadata": dict(meta), "tensors_read": reads.used,
+                   "config_used": {k: meta[k] for k in SPEC.config_keys if k in meta}}
     if "task" in meta:
         extra["task"] = meta["task"]
     for name in ("embedding.E", "embedding.P"):
@@ -156,7 +175,7 @@ def _weights(ckpt, meta, matrices, readout, L, H, N, d, d_ff, act, variant, num_
                 raise LayoutError(
                     f"{ckpt.path}: tensor '{name}' has shape {tuple(shp)}, expected (rows, {N})"
                 )
-            extra[name] = ckpt.tensor(name)
+            extra[name] = reads.tensor(name, None, "fixed embedding (not covered; forward passes)")
     return AnalysisWeights(
         matrices=ordered(matrices),
         num_layers=L,
@@ -176,6 +195,7 @@ def _weights(ckpt, meta, matrices, readout, L, H, N, d, d_ff, act, variant, num_
             activation_source=f"checkpoint metadata -> {act}",
             readout=("the checkpoint's read-out vector w on the CLS token (position 0)" if variant in ("plain", "residual")
                      else "the checkpoint's read-out vector w on the last token (causal mask)"),
+            config_keys=tuple(k for k in SPEC.config_keys if k in meta),
         ),
         variant=variant,
         num_kv_heads=num_kv,

@@ -14,7 +14,8 @@ from specbound.errors import SpecboundError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="safetensors / .pt / .npz file or Hugging Face folder")
+    parser.add_argument("checkpoint", help="checkpoint file (.safetensors/.pt/.bin/.npz/.gguf), "
+                        "Hugging Face folder or cached repo id")
     parser.add_argument("--num-heads", type=int, default=None, metavar="H",
                         help="attention heads (needed for a BERT state dict without config.json)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
@@ -34,10 +35,10 @@ def device_of(name: str):
         raise SpecboundError(str(exc)) from None
 
 
-def load(args: argparse.Namespace):
+def load(args: argparse.Namespace, view: str = "analysis"):
     from specbound.checkpoint import load_weights
 
-    return load_weights(args.checkpoint, num_heads=getattr(args, "num_heads", None))
+    return load_weights(args.checkpoint, num_heads=getattr(args, "num_heads", None), view=view)
 
 
 def check_destinations(args: argparse.Namespace) -> None:
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_destinations(args)
     device = device_of(args.device)
-    weights = load(args)
+    weights = load(args, view="proxy")  # no score scale: the companion code's convention
     with progress_bar(len(weights.matrices), "singular values", enabled=not args.json) as bar:
         spectra = compute_spectra(weights, device=device, progress=bar)
     try:

@@ -14,7 +14,12 @@ from specbound.commands.proxies import check_destinations, console, device_of, l
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="safetensors / .pt / .npz file or Hugging Face folder")
+    parser.add_argument("checkpoint", help="checkpoint file (.safetensors/.pt/.bin/.npz/.gguf), "
+                        "Hugging Face folder or cached repo id")
+    parser.add_argument("--view", choices=("analysis", "scores", "proxy"), default="analysis",
+                        help="analysis: the adapter's analysis model, score scale on the query side "
+                             "(default); scores: per-head score and value-output matrices; proxy: "
+                             "no score scale (the proxies' convention)")
     parser.add_argument("--num-heads", type=int, default=None, metavar="H",
                         help="attention heads (needed for a BERT state dict without config.json)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -36,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     check_destinations(args)
     device = device_of(args.device)
     dtype = torch.float64 if args.dtype == "float64" else torch.float32
-    weights = load(args)
+    weights = load(args, view=args.view)
     with progress_bar(len(weights.matrices), "singular values", enabled=not args.json) as bar:
         spectra = compute_spectra(weights, dtype=dtype, device=device, progress=bar)
     summaries = norm_summaries(spectra)
@@ -57,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
             if args.values:
                 row["singular_values"] = spectra.sigma(j).tolist()
             rows.append(row)
-        doc = {"checkpoint": str(args.checkpoint), "dtype": args.dtype, "num_layers": weights.num_layers,
+        doc = {"checkpoint": str(args.checkpoint), "dtype": args.dtype, "view": args.view,
+               "layout": weights.layout, "variant": weights.variant, "num_layers": weights.num_layers,
                "num_heads": weights.num_heads, "width": weights.width, "matrices": rows}
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0

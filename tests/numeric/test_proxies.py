@@ -69,7 +69,7 @@ def test_loader_path_matches_reference(random_bert):
     from specbound.checkpoint import load_weights
 
     ref = reference_proxies(os.path.join(random_bert, "model.safetensors"), 2, 4)
-    assert_matches_reference(paper_proxies(load_weights(random_bert)), ref)
+    assert_matches_reference(paper_proxies(load_weights(random_bert, view="proxy")), ref)
 
 
 @pytest.mark.minilm
@@ -77,7 +77,7 @@ def test_minilm_matches_independent_reference(minilm_path):
     from specbound.checkpoint import load_weights
 
     ref = reference_proxies(os.path.join(minilm_path, "model.safetensors"), num_layers=6, num_heads=12)
-    assert_matches_reference(paper_proxies(load_weights(minilm_path)), ref)
+    assert_matches_reference(paper_proxies(load_weights(minilm_path, view="proxy")), ref)
 
 
 # --------------------------------------------------------------------------- the formula's parts

@@ -106,12 +106,14 @@ class TestBert:
                 hs = slice(h * D, (h + 1) * D)
                 qk, vt = w.get(l, "QK", h), w.get(l, "V_tilde", h)
                 assert qk.is_factored and vt.is_factored and qk.rank_cap == vt.rank_cap == D
-                np.testing.assert_array_equal(qk.left, Wq[hs].T)
+                # score scale c = 1/sqrt(D) = 1/2 folded exactly into the query factor
+                assert qk.scale_sq == 1
+                np.testing.assert_array_equal(qk.left, Wq[hs].T / 2)
                 np.testing.assert_array_equal(qk.right, Wk[hs])
                 np.testing.assert_array_equal(vt.left, Wv[hs].T)
                 np.testing.assert_array_equal(vt.right, Wo.T[hs, :])
                 # Orientation: the products the paper's proxies use (dyadic data: exact).
-                np.testing.assert_array_equal(qk.left @ qk.right, Wq[hs].T @ Wk[hs])
+                np.testing.assert_array_equal(qk.left @ qk.right, Wq[hs].T @ Wk[hs] / 2)
                 np.testing.assert_array_equal(vt.left @ vt.right, Wv[hs].T @ Wo.T[hs, :])
             m_in, m_out = w.get(l, "M_in"), w.get(l, "M_out")
             assert not m_in.is_factored and m_in.shape == (N, D_FF) and m_out.shape == (D_FF, N)
@@ -128,7 +130,7 @@ class TestBert:
             "attention.self.query.weight", "attention.self.key.weight",
             "attention.self.value.weight", "attention.output.dense.weight"))
         np.testing.assert_array_equal(sum(m.dense() for m in w.of_layer(1) if m.kind == "QK"),
-                                      Wq.T @ Wk)
+                                      Wq.T @ Wk / 2)
         np.testing.assert_array_equal(sum(m.dense() for m in w.of_layer(1) if m.kind == "V_tilde"),
                                       Wv.T @ Wo.T)
 
@@ -136,7 +138,20 @@ class TestBert:
         src = bert_tensors(2, gaussian=True)
         w = load_weights(write_checkpoint(tmp_path / "ck", src, "pt"), num_heads=H)
         Wq = f64(src["encoder.layer.0.attention.self.query.weight"])
-        np.testing.assert_array_equal(w.get(0, "QK", 2).left, Wq[2 * D:3 * D].T)
+        np.testing.assert_array_equal(w.get(0, "QK", 2).left, Wq[2 * D:3 * D].T / 2)
+
+    def test_proxy_view_has_no_score_scale(self, tmp_path):
+        # The paper proxies' convention: QK = W_q[hs].T @ W_k[hs] as stored, nothing else changes.
+        src = bert_tensors(2, gaussian=True)
+        path = write_checkpoint(tmp_path / "ck", src, "safetensors")
+        proxy = load_weights(path, num_heads=H, view="proxy")
+        scaled = load_weights(path, num_heads=H)
+        Wq = f64(src["encoder.layer.1.attention.self.query.weight"])
+        np.testing.assert_array_equal(proxy.get(1, "QK", 0).left, Wq[:D].T)
+        for a, b in zip(proxy.matrices, scaled.matrices):
+            assert a.name == b.name
+            if a.kind != "QK":
+                np.testing.assert_array_equal(a.left, b.left)
 
     @pytest.mark.parametrize("hidden_act, expected", [
         ("gelu", "gelu"), ("gelu_new", "gelu_tanh"), ("gelu_pytorch_tanh", "gelu_tanh"),

