@@ -14,6 +14,8 @@ import mpmath
 import numpy as np
 import pytest
 from flint import arb
+from hypothesis import given
+from hypothesis import strategies as st
 
 from specbound.certified.fast_forward import (
     NotApplicable, margins_of_rows, margins_of_tokens, prepare_rows, prepare_tokens,
@@ -93,6 +95,20 @@ def test_fast_enclosure_contains_mpmath_and_meets_arb(case):
     assert np.isfinite(f).all()
     for i in range(len(f)):
         _check_sample(w, X[i], float(f[i]), fast.epsilon)
+
+
+@given(seed=st.integers(0, 2**32 - 1), activation=st.sampled_from(["gelu", "relu"]),
+       kind=st.sampled_from(["random", "near_tie", "duplicate", "unit_norm", "tiny_rows"]),
+       qk_scale=st.sampled_from([1e-160, 1e-3, 1.0, 5.0, 30.0]), T=st.integers(1, 4), L=st.integers(1, 2))
+def test_property_fast_enclosure_meets_the_arb_ball(seed, activation, kind, qk_scale, T, L):
+    rng = np.random.default_rng(seed)
+    w = _weights(rng, L=L, activation=activation, qk_scale=qk_scale)
+    X = _inputs(rng, kind, 2, max(T, 2) if kind in ("near_tie", "duplicate") else T, w.width)
+    fast = prepare_rows(w, X.shape[1])
+    f = margins_of_rows(fast, X)
+    for i in range(len(f)):
+        ball = certified_forward(w, X[i])
+        assert ball.lower() <= arb(float(f[i])) + fast.epsilon and arb(float(f[i])) - fast.epsilon <= ball.upper()
 
 
 def test_the_adversarial_cases_reach_the_clamp_and_subnormal_scores():
