@@ -77,13 +77,18 @@ def exp_nonpositive(z: np.ndarray) -> np.ndarray:
     ``exp(z)(1 + theta)`` with ``|theta| <= exp_error_bound()``; for ``z < -708`` it is
     ``EXP(-708)``, within ``2**-1019`` of ``exp(z)``; ``EXP(0) = 1`` exactly.
     """
-    z = np.maximum(np.asarray(z, dtype=np.float64), EXP_CLAMP)
-    k = np.rint(z * INV_LN2)
-    r = z - k * LN2_HI  # k * LN2_HI is exact
-    r -= k * LN2_LO
+    z = np.maximum(np.asarray(z, dtype=np.float64), EXP_CLAMP)  # a new array: reused below
+    k = z * INV_LN2
+    np.rint(k, out=k)
+    r = k * LN2_HI  # exact
+    np.subtract(z, r, out=r)  # fl(z - k LN2_HI)
+    np.multiply(k, LN2_LO, out=z)  # fl(k LN2_LO)
+    r -= z
     p = _horner(r, EXP_COEFFS)
-    scale = ((k.astype(np.int64) + 1023) << 52).view(np.float64)  # exactly 2**k (normal)
-    p *= scale  # exact: power of two, normal result
+    bits = k.astype(np.int64)
+    bits += 1023
+    bits <<= 52  # the bit pattern of 2**k (normal: -1021 <= k <= 0)
+    p *= bits.view(np.float64)  # exact: power of two, normal result
     return p
 
 

@@ -42,6 +42,9 @@ TINY_EXP = -1000
 MAX_DIM = 2**30
 """Step 0's underflow term assumes every dimension below this."""
 
+MAX_INPUT = 2.0**500
+"""Float input rows must be bounded by this (entrywise) so that squared norms cannot overflow (F3)."""
+
 PHI_DOMAIN = 4
 """Largest a-priori GELU argument bound the Taylor Phi is used for (its Horner bound grows like
 exp(t^2/2)); larger models use the Arb pass."""
@@ -402,6 +405,8 @@ def prepare_rows(weights: AnalysisWeights | FastNetwork, T: int) -> FastForward:
 def margins_of_rows(ff: FastForward, rows: np.ndarray, batch: int = 2048) -> np.ndarray:
     """``f_hat`` for float input rows ``rows`` (B, T, N) before ``Pi``."""
     rows = np.asarray(rows, dtype=np.float64)
+    if not np.abs(rows).max(initial=0.0) <= MAX_INPUT:  # also catches NaN / Inf
+        raise NotApplicable("input rows too large for the float program (their squared norms would overflow)")
     plan = ff.plan()
     out = np.empty(rows.shape[0])
     for a in range(0, rows.shape[0], batch):

@@ -205,7 +205,8 @@ def certify(model: CheckpointSource | None = None, data: Any = None, **options: 
     """Certify the bound of ``model`` (None: the embedded default) like ``specbound certify``.
 
     ``data`` and every keyword (``n``, ``delta``, ``margin``, ``empirical``, ``samples``, ``seed``,
-    ``num_heads``, ``readout``, ``settings``...) are those of :func:`specbound.pipeline.certify`.
+    ``num_heads``, ``readout``, ``settings``, ``forward`` = "fast" | "arb"...) are those of
+    :func:`specbound.pipeline.certify`.
     """
     from .pipeline import certify as run_certify
 

@@ -14,6 +14,8 @@ import mpmath
 import numpy as np
 import pytest
 from flint import arb
+from hypothesis import given
+from hypothesis import strategies as st
 
 from specbound.certified.fast_forward import (
     NotApplicable, margins_of_rows, margins_of_tokens, prepare_rows, prepare_tokens,
@@ -59,8 +61,8 @@ def _inputs(rng, kind: str, n: int, T: int, N: int) -> np.ndarray:
 
 def _check_sample(weights, x: np.ndarray, f_hat: float, eps: arb) -> None:
     """``f_hat +- eps`` contains the 50-digit value and meets the Arb ball."""
-    e = mpmath.mpf(eps.str(60, radius=False))
     with mpmath.workdps(DPS):
+        e = mpmath.mpf(eps.str(60, radius=False))
         exact = mp_forward(weights, mp_mat(x))
         assert abs(mpmath.mpf(f_hat) - exact) <= e, (f_hat, exact, e)
     ball = certified_forward(weights, x)
@@ -93,6 +95,20 @@ def test_fast_enclosure_contains_mpmath_and_meets_arb(case):
     assert np.isfinite(f).all()
     for i in range(len(f)):
         _check_sample(w, X[i], float(f[i]), fast.epsilon)
+
+
+@given(seed=st.integers(0, 2**32 - 1), activation=st.sampled_from(["gelu", "relu"]),
+       kind=st.sampled_from(["random", "near_tie", "duplicate", "unit_norm", "tiny_rows"]),
+       qk_scale=st.sampled_from([1e-160, 1e-3, 1.0, 5.0, 30.0]), T=st.integers(1, 4), L=st.integers(1, 2))
+def test_property_fast_enclosure_meets_the_arb_ball(seed, activation, kind, qk_scale, T, L):
+    rng = np.random.default_rng(seed)
+    w = _weights(rng, L=L, activation=activation, qk_scale=qk_scale)
+    X = _inputs(rng, kind, 2, max(T, 2) if kind in ("near_tie", "duplicate") else T, w.width)
+    fast = prepare_rows(w, X.shape[1])
+    f = margins_of_rows(fast, X)
+    for i in range(len(f)):
+        ball = certified_forward(w, X[i])
+        assert ball.lower() <= arb(float(f[i])) + fast.epsilon and arb(float(f[i])) - fast.epsilon <= ball.upper()
 
 
 def test_the_adversarial_cases_reach_the_clamp_and_subnormal_scores():
@@ -136,8 +152,8 @@ def test_token_path_of_the_default_model_contains_mpmath():
     tokens, _ = sparse_majority().sample(2, np.random.default_rng(12))
     fast, table = prepare_tokens(w, E, P, tokens)
     f = margins_of_tokens(fast, table, tokens)
-    e = mpmath.mpf(fast.epsilon.str(60, radius=False))
     with mpmath.workdps(DPS):
+        e = mpmath.mpf(fast.epsilon.str(60, radius=False))
         for i in range(len(f)):
             rows = mpmath.matrix([[mpmath.mpf(float(E[a, j])) + mpmath.mpf(float(P[t, j])) for j in range(w.width)]
                                   for t, a in enumerate(tokens[i].tolist())])
@@ -162,11 +178,28 @@ def test_mutation_an_epsilon_below_the_actual_error_is_caught():
             _check_sample(w, X[i], float(f[i]), shrunk)
 
 
+def test_rows_whose_squared_norms_would_overflow_fall_back_to_arb():
+    rng = np.random.default_rng(5)
+    w = _weights(rng, L=1)
+    X, y = rng.standard_normal((2, 3, 4)) * 1e200, np.array([1, -1])
+    with pytest.raises(NotApplicable):
+        margins_of_rows(prepare_rows(w, 3), X)
+    cert = certified_ramp_loss(w, dataset_from_arrays(y, inputs=X), 1.0)
+    assert cert.forward == "arb"
+    exact = _exact_loss(w, X, y, 1.0)
+    assert _encloses(cert, exact)
+
+
 def test_models_outside_the_fast_pass_are_refused():
     rng = np.random.default_rng(2)
     w = _weights(rng, activation="gelu_tanh")
     with pytest.raises(NotApplicable):
         prepare_rows(w, 3)
+
+
+def _encloses(cert, exact) -> bool:
+    with mpmath.workdps(DPS + 10):
+        return mpmath.mpf(cert.lower.str(70, radius=False)) <= exact <= mpmath.mpf(cert.upper.str(70, radius=False))
 
 
 def _exact_loss(w, X, y, rho):
@@ -193,7 +226,7 @@ def test_ramp_loss_at_a_margin_exactly_rho_encloses_the_exact_loss():
     cert = certified_ramp_loss(w, dataset_from_arrays(y, inputs=X), rho)
     assert cert.redone >= 1
     exact = _exact_loss(w, X, y, rho)
-    assert mpmath.mpf(cert.lower.str(60, radius=False)) <= exact <= mpmath.mpf(cert.upper.str(60, radius=False))
+    assert _encloses(cert, exact)
     ref = certified_ramp_loss(w, dataset_from_arrays(y, inputs=X), rho, forward="arb")
     assert ref.forward == "arb" and cert.lower <= ref.upper and ref.lower <= cert.upper
 
