@@ -29,12 +29,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from specbound.matrices import AnalysisWeights
 
 from .grid import architecture_grid, grid_size
-from .spectra import Spectra, compute_spectra, norm_summaries, schatten_powers
+from .spectra import Spectra, compute_spectra, compute_spectra_numpy, norm_summaries, schatten_powers
 
 LPHI_PAPER = 1.13
 """The paper's GELU Lipschitz constant (a valid upper bound: sup|GELU'| = 1.128904...)."""
@@ -108,7 +107,16 @@ class ProxyResult:
         }
 
 
-def _index(spectra: Spectra, num_layers: int, num_heads: int) -> dict[tuple[int, str], torch.Tensor]:
+def _np(x) -> np.ndarray:
+    """float64 numpy view of a numpy array or a (CPU or CUDA) torch tensor."""
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+def _index(spectra: Spectra, num_layers: int, num_heads: int) -> dict[tuple[int, str], np.ndarray]:
     """Row indices of each (layer, type): heads in order for QK/V_tilde, one row for M_in/M_out."""
     rows: dict[tuple[int, str], list[tuple[int, int]]] = {}
     for j, mat in enumerate(spectra.matrices):
@@ -119,33 +127,31 @@ def _index(spectra: Spectra, num_layers: int, num_heads: int) -> dict[tuple[int,
             found = sorted(rows.get((layer, kind), []))
             if len(found) != expected:
                 raise ValueError(f"layer {layer} has {len(found)} {kind} matrices, expected {expected}")
-            out[(layer, kind)] = torch.tensor([j for _, j in found], device=spectra.values.device)
+            out[(layer, kind)] = np.array([j for _, j in found], dtype=np.int64)
     return out
 
 
-def layer_lipschitz(
-    qk: torch.Tensor, v: torch.Tensor, m_in: torch.Tensor, m_out: torch.Tensor
-) -> torch.Tensor:
+def layer_lipschitz(qk, v, m_in, m_out) -> np.ndarray:
     """Paper's ``Lip_l = 1.13 ||M_in|| ||M_out|| sum_h ||V_h|| (1 + 4||QK_h||)``.
 
-    ``qk``, ``v``: (L, H) spectral norms; ``m_in``, ``m_out``: (L,).
+    ``qk``, ``v``: (L, H) spectral norms; ``m_in``, ``m_out``: (L,).  Arrays or CPU tensors in, numpy out.
     """
-    return LPHI_PAPER * m_in * m_out * (v * (1.0 + 4.0 * qk)).sum(dim=1)
+    qk, v, m_in, m_out = _np(qk), _np(v), _np(m_in), _np(m_out)
+    return LPHI_PAPER * m_in * m_out * (v * (1.0 + 4.0 * qk)).sum(axis=1)
 
 
-def alphas_after(lipschitz: torch.Tensor) -> torch.Tensor:
+def alphas_after(lipschitz) -> np.ndarray:
     """``alpha_l = prod_{k > l} Lip_k`` for every layer (empty product 1 for the last layer)."""
-    shifted = torch.cat([lipschitz[1:], lipschitz.new_ones(1)])
-    return torch.flip(torch.cumprod(torch.flip(shifted, [0]), 0), [0])
+    lip = _np(lipschitz)
+    shifted = np.concatenate([lip[1:], np.ones(1, dtype=lip.dtype)])
+    return np.flip(np.cumprod(np.flip(shifted)))
 
 
-def contributions(
-    schatten: torch.Tensor, scale: torch.Tensor, ps: torch.Tensor, width: int
-) -> torch.Tensor:
+def contributions(schatten, scale, ps, width: int) -> np.ndarray:
     """``c_j(p) = S_p^(1/(p+2)) scale_j^(p/(p+2)) N^((p+1)/(p+2))`` for all j and p: (J, P)."""
-    ps = ps.to(schatten)
+    schatten, scale, ps = _np(schatten), _np(scale), _np(ps).astype(np.float64)
     denom = ps + 2.0
-    n = torch.tensor(float(width), dtype=schatten.dtype, device=schatten.device)
+    n = float(width)
     return (
         schatten ** (1.0 / denom)[None, :]
         * scale[:, None] ** (ps / denom)[None, :]
@@ -156,27 +162,32 @@ def contributions(
 def paper_proxies(
     weights: AnalysisWeights,
     *,
-    device: str | torch.device = "cpu",
+    device=None,
     spectra: Spectra | None = None,
     progress=None,
 ) -> ProxyResult:
     """Both paper proxies of ``weights`` (float64 throughout; see the module docstring).
 
     ``spectra`` may be passed to reuse singular values already computed (they must be float64
-    values of ``weights.matrices``).  Raises ``ValueError`` if a layer lacks a matrix.
+    values of ``weights.matrices``; torch tensors from ``--device cuda`` are brought to the host).
+    Without it they are computed by numpy (``device`` None or "cpu") or by torch on ``device``.
+    The combination over the grid is numpy: it is a (J, P) table.  Raises ``ValueError`` if a
+    layer lacks a matrix.
     """
     if any(m.kind not in ("QK", "V_tilde", "M_in", "M_out") for m in weights.matrices):
         raise ValueError(f"the paper proxies are defined for the plain matrix kinds only; these weights "
                          f"are the {weights.variant!r} analysis model")
     if spectra is None:
-        spectra = compute_spectra(weights, device=device, progress=progress)
+        cpu = device is None or str(device) == "cpu"
+        spectra = (compute_spectra_numpy(weights, progress=progress) if cpu
+                   else compute_spectra(weights, device=device, progress=progress))
     L, H, N = weights.num_layers, weights.num_heads, weights.width
-    dev = spectra.values.device
     at = _index(spectra, L, H)
-    sn = spectra.spectral
+    values, counts = _np(spectra.values), _np(spectra.counts)
+    sn = values[:, 0] if values.shape[1] else np.zeros(values.shape[0])
 
-    def per_layer(kind: str) -> torch.Tensor:
-        return torch.stack([sn[at[(layer, kind)]] for layer in range(L)])
+    def per_layer(kind: str) -> np.ndarray:
+        return np.stack([sn[at[(layer, kind)]] for layer in range(L)])
 
     qk, v = per_layer("QK"), per_layer("V_tilde")  # (L, H)
     m_in, m_out = per_layer("M_in")[:, 0], per_layer("M_out")[:, 0]  # (L,)
@@ -184,8 +195,8 @@ def paper_proxies(
     alpha = alphas_after(lip)
 
     # gamma and alpha of every matrix, scattered into the order of spectra.matrices.
-    gamma = torch.empty_like(sn)
-    alpha_j = torch.empty_like(sn)
+    gamma = np.empty_like(sn)
+    alpha_j = np.empty_like(sn)
     for layer in range(L):
         mlp = m_out[layer] * m_in[layer]
         gamma[at[(layer, "QK")]] = 2.0 * v[layer] * mlp
@@ -198,16 +209,16 @@ def paper_proxies(
 
     m = grid_size(L, N)
     grid = architecture_grid(L, N)
-    ps = torch.as_tensor(grid, dtype=torch.float64, device=dev)
-    c = contributions(schatten_powers(spectra.values, spectra.counts, ps), scale, ps, N)
-    best = torch.argmin(c, dim=1)  # torch returns the first minimiser
-    c_min = c.gather(1, best[:, None])[:, 0]
+    ps = np.asarray(grid, dtype=np.float64)
+    c = contributions(schatten_powers(values, counts, ps), scale, ps, N)
+    best = np.argmin(c, axis=1)  # the first minimiser
+    c_min = np.take_along_axis(c, best[:, None], axis=1)[:, 0]
     ours = float(c_min.sum()) + math.sqrt(L)
 
     # Edelman-style proxy.
-    n21 = spectra.norm_21
+    n21 = _np(spectra.norm_21)
     two3 = 2.0 / 3.0
-    xi = torch.empty(L, dtype=torch.float64, device=dev)
+    xi = np.empty(L, dtype=np.float64)
     for layer in range(L):
         mlp = m_out[layer] * m_in[layer]
         heads = (mlp * v[layer] * n21[at[(layer, "QK")]]) ** two3 + (mlp * n21[at[(layer, "V_tilde")]]) ** two3
@@ -249,7 +260,7 @@ def paper_proxies(
         m=m,
         num_layers=L,
         width=N,
-        contributions=c.cpu().numpy(),
-        lipschitz=lip.cpu().numpy(),
-        alphas=alpha.cpu().numpy(),
+        contributions=c,
+        lipschitz=lip,
+        alphas=alpha,
     )

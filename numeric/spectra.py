@@ -1,9 +1,12 @@
-"""Fast singular values and norm summaries of all covered matrices, batched with torch.
+"""Fast singular values and norm summaries of all covered matrices: numpy on the CPU, torch on request.
 
 This is the *uncertified* fast path (docs/design.md section 2, "numeric"): plain floating point, no error
-bounds.  Matrices of one network are grouped by shape and each group goes through a single
-``torch.linalg.svdvals`` call (split only when a group would exceed a memory budget), on CPU or CUDA
-with the same code.
+bounds.  Two backends compute the same values: :func:`compute_spectra_numpy` (the CPU default of
+``specbound spectra`` / ``proxies``; no torch import) forms each dense float64 matrix and takes its
+singular values with LAPACK, a few matrices at a time so that peak memory stays near one matrix;
+:func:`compute_spectra` (torch, for ``--device cuda``) groups matrices by shape and hands each group to
+one ``torch.linalg.svdvals`` call (split only when a group would exceed a memory budget).  The
+helpers below accept the arrays of either backend.
 
 Factored matrices (QK = W_Q W_K^T, V_tilde = W_V W_O) are first multiplied out in float64.  Their
 exact rank is at most the head dimension ``r``; the ``min(m, n) - r`` trailing singular values of
@@ -27,7 +30,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-import torch
 
 from specbound.matrices import AnalysisWeights, NamedMatrix
 
@@ -40,6 +42,10 @@ RANK_RTOL = 1e-10
 DEFAULT_BATCH_BYTES = 1 << 30
 """Largest float64 stack of dense matrices handed to one svdvals call (1 GiB)."""
 
+NUMPY_BATCH_BYTES = 1 << 22
+"""Largest float64 stack of dense matrices formed at once by the numpy backend (4 MiB): LAPACK
+loops over a stack anyway, so small chunks cost no time and keep peak memory near one matrix."""
+
 
 @dataclass(frozen=True, eq=False)
 class Spectra:
@@ -48,7 +54,8 @@ class Spectra:
     ``values[j, :counts[j]]`` are the singular values of ``matrices[j]`` in decreasing order
     (``counts[j] = min(rows, cols)``); ``values[j, counts[j]:]`` is padding and is exactly 0.
     ``frobenius``, ``norm_21`` (sum of column l2 norms) and ``norm_11`` (sum of |entries|) come from
-    the float64 entries.  All tensors are float64 (``counts`` int64) on ``values.device``.
+    the float64 entries.  All arrays are float64 (``counts`` int64): numpy arrays from
+    :func:`compute_spectra_numpy`, torch tensors on ``values.device`` from :func:`compute_spectra`.
     """
 
     matrices: tuple[NamedMatrix, ...]
@@ -63,16 +70,17 @@ class Spectra:
 
     def sigma(self, j: int) -> np.ndarray:
         """The singular values of matrix ``j`` (without padding) as a float64 numpy array."""
-        return self.values[j, : int(self.counts[j])].cpu().numpy()
+        row = self.values[j, : int(self.counts[j])]
+        return row if isinstance(row, np.ndarray) else row.cpu().numpy()
 
     @property
-    def spectral(self) -> torch.Tensor:
+    def spectral(self):
         """Spectral norms ``sigma_1`` (0 for an empty matrix)."""
-        return self.values[:, 0] if self.values.shape[1] else torch.zeros_like(self.frobenius)
+        return self.values[:, 0] if self.values.shape[1] else self.frobenius * 0
 
     @property
-    def nuclear(self) -> torch.Tensor:
-        return self.values.sum(dim=1)
+    def nuclear(self):
+        return self.values.sum(1)
 
 
 def _as_matrices(weights: AnalysisWeights | Sequence[NamedMatrix]) -> tuple[NamedMatrix, ...]:
@@ -87,8 +95,10 @@ def _group_key(matrix: NamedMatrix) -> tuple[int, int, int]:
     return (m, n, int(matrix.left.shape[1]) if matrix.is_factored else -1)
 
 
-def _dense_stack(chunk: Sequence[NamedMatrix], device: torch.device) -> torch.Tensor:
+def _dense_stack(chunk: Sequence[NamedMatrix], device) -> "torch.Tensor":
     """float64 values of the matrices of one chunk, shape (B, m, n), on ``device``."""
+    import torch
+
     left = torch.stack([torch.as_tensor(np.asarray(c.left), dtype=torch.float64) for c in chunk])
     left = left.to(device)
     if chunk[0].is_factored:
@@ -99,19 +109,75 @@ def _dense_stack(chunk: Sequence[NamedMatrix], device: torch.device) -> torch.Te
     return left
 
 
+def _groups(matrices: Sequence[NamedMatrix]) -> dict[tuple[int, int, int], list[int]]:
+    groups: dict[tuple[int, int, int], list[int]] = {}
+    for j, matrix in enumerate(matrices):
+        groups.setdefault(_group_key(matrix), []).append(j)
+    return groups
+
+
+def compute_spectra_numpy(
+    weights: AnalysisWeights | Sequence[NamedMatrix],
+    *,
+    dtype: str = "float64",
+    progress=None,
+    max_batch_bytes: int = NUMPY_BATCH_BYTES,
+) -> Spectra:
+    """:func:`compute_spectra` with numpy on the CPU (no torch): the same values, numpy arrays.
+
+    Each dense float64 matrix (factored ones multiplied out) goes through LAPACK's
+    ``np.linalg.svd(..., compute_uv=False)``; ``dtype="float32"`` runs the SVD on the float64
+    matrix rounded to float32 (module note).  Norms come from the float64 entries.
+    """
+    if dtype not in ("float64", "float32"):
+        raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+    matrices = _as_matrices(weights)
+    count = len(matrices)
+    width = max((min(m.shape) for m in matrices), default=0)
+    values = np.zeros((count, width), dtype=np.float64)
+    frob = np.zeros(count, dtype=np.float64)
+    n21 = np.zeros_like(frob)
+    n11 = np.zeros_like(frob)
+    for (m, n, _), members in _groups(matrices).items():
+        step = max(1, max_batch_bytes // max(1, m * n * 8))
+        for start in range(0, len(members), step):
+            idx = members[start : start + step]
+            chunk = [matrices[j] for j in idx]
+            left = np.stack([np.asarray(c.left, dtype=np.float64) for c in chunk])
+            dense = left @ np.stack([np.asarray(c.right, dtype=np.float64) for c in chunk]) if chunk[0].is_factored else left
+            if any(c.scale_sq != 1 for c in chunk):  # a score scale not folded into the factors (float path)
+                dense = dense * np.array([c.scale for c in chunk], dtype=np.float64)[:, None, None]
+            k = min(m, n)
+            if k:
+                values[idx, :k] = np.linalg.svd(dense.astype(dtype, copy=False), compute_uv=False)
+            sq = dense * dense
+            frob[idx] = np.sqrt(sq.sum(axis=(-2, -1)))
+            n21[idx] = np.sqrt(sq.sum(axis=-2)).sum(axis=-1)
+            n11[idx] = np.abs(dense).sum(axis=(-2, -1))
+            del dense, sq, left
+            if progress is not None:
+                progress.advance(len(idx))
+    counts = np.array([min(m.shape) for m in matrices], dtype=np.int64)
+    return Spectra(matrices, values, counts, frob, n21, n11)
+
+
 def compute_spectra(
     weights: AnalysisWeights | Sequence[NamedMatrix],
     *,
-    dtype: torch.dtype = torch.float64,
-    device: str | torch.device = "cpu",
+    dtype=None,
+    device="cpu",
     progress=None,
     max_batch_bytes: int = DEFAULT_BATCH_BYTES,
 ) -> Spectra:
-    """Singular values and entry norms of all matrices, one ``svdvals`` call per shape group.
+    """Singular values and entry norms of all matrices with torch, one ``svdvals`` call per shape group.
 
-    ``progress`` (optional) gets ``advance(k)`` after each batch of ``k`` matrices.  The result is
-    float64 on ``device`` whatever ``dtype`` the SVD ran in (see the module note on float32).
+    ``dtype``: ``torch.float64`` (None) or ``torch.float32``.  ``progress`` (optional) gets
+    ``advance(k)`` after each batch of ``k`` matrices.  The result is float64 on ``device`` whatever
+    ``dtype`` the SVD ran in (see the module note on float32).
     """
+    import torch
+
+    dtype = torch.float64 if dtype is None else dtype
     if dtype not in (torch.float64, torch.float32):
         raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
     device = torch.device(device)
@@ -123,11 +189,7 @@ def compute_spectra(
     n21 = torch.zeros_like(frob)
     n11 = torch.zeros_like(frob)
 
-    groups: dict[tuple[int, int, int], list[int]] = {}
-    for j, matrix in enumerate(matrices):
-        groups.setdefault(_group_key(matrix), []).append(j)
-
-    for (m, n, _), members in groups.items():
+    for (m, n, _), members in _groups(matrices).items():
         per_matrix = max(1, m * n * 8)
         step = max(1, max_batch_bytes // per_matrix)
         for start in range(0, len(members), step):
@@ -149,12 +211,20 @@ def compute_spectra(
     return Spectra(matrices, values, counts, frob, n21, n11)
 
 
-def numerical_rank(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+def numerical_rank(values, counts):
     """``#{i : sigma_i > 1e-10 * max(k,1) * max(sigma_1, 1)}`` per row (docs/design.md section 6), int64.
 
     ``values`` is (J, K) zero-padded as in :class:`Spectra`; padding never counts because the
-    threshold is positive.
+    threshold is positive.  numpy in, numpy out; torch in, torch out.
     """
+    if isinstance(values, np.ndarray):
+        if values.shape[1] == 0:
+            return np.zeros(values.shape[0], dtype=np.int64)
+        k = np.maximum(np.asarray(counts), 1).astype(values.dtype)
+        threshold = RANK_RTOL * k * np.maximum(values[:, 0], 1.0)
+        return (values > threshold[:, None]).sum(axis=1).astype(np.int64)
+    import torch
+
     if values.shape[1] == 0:
         return torch.zeros(values.shape[0], dtype=torch.int64, device=values.device)
     k = counts.clamp(min=1).to(values.dtype)
@@ -162,13 +232,24 @@ def numerical_rank(values: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     return (values > threshold[:, None]).sum(dim=1)
 
 
-def schatten_powers(values: torch.Tensor, counts: torch.Tensor, ps: torch.Tensor) -> torch.Tensor:
+def schatten_powers(values, counts, ps):
     """``S_p = sum_i sigma_i^p`` for every row of ``values`` and every ``p`` in ``ps``: shape (J, P).
 
     One tensor operation over the whole grid.  For ``p > 0`` zero singular values (and padding)
     contribute ``0^p = 0``; for ``p = 0`` the entry is the numerical rank (the paper's ``S_0``),
-    not the count of nonzero values, because rounding noise is never exactly zero.
+    not the count of nonzero values, because rounding noise is never exactly zero.  numpy in,
+    numpy out; torch in, torch out.
     """
+    if isinstance(values, np.ndarray):
+        ps = np.asarray(ps, dtype=values.dtype)
+        positive = (values > 0)[:, :, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            powers = np.where(positive, values[:, :, None] ** ps[None, None, :], 0.0)
+        sums = powers.sum(axis=1)
+        rank = numerical_rank(values, counts).astype(values.dtype)
+        return np.where((ps == 0)[None, :], rank[:, None], sums)
+    import torch
+
     ps = ps.to(device=values.device, dtype=values.dtype)
     positive = (values > 0)[:, :, None]
     powers = torch.where(positive, values[:, :, None] ** ps[None, None, :], values.new_zeros(()))
@@ -206,9 +287,15 @@ class NormSummary:
 def norm_summaries(spectra: Spectra) -> tuple[NormSummary, ...]:
     """One :class:`NormSummary` per matrix, in the order of ``spectra.matrices``."""
     spectral = spectra.spectral
-    stable = torch.where(
-        spectral > 0, spectra.frobenius**2 / torch.where(spectral > 0, spectral, 1.0) ** 2, 0.0
-    )
+    if isinstance(spectral, np.ndarray):
+        safe = np.where(spectral > 0, spectral, 1.0)
+        stable = np.where(spectral > 0, spectra.frobenius**2 / safe**2, 0.0)
+    else:
+        import torch
+
+        stable = torch.where(
+            spectral > 0, spectra.frobenius**2 / torch.where(spectral > 0, spectral, 1.0) ** 2, 0.0
+        )
     columns = {
         "spectral": spectral.tolist(),
         "frobenius": spectra.frobenius.tolist(),
@@ -235,8 +322,20 @@ def norm_summaries(spectra: Spectra) -> tuple[NormSummary, ...]:
     return tuple(out)
 
 
-def resolve_device(name: str | torch.device) -> torch.device:
+def spectra_on(weights, *, device: str = "cpu", dtype: str = "float64", progress=None) -> Spectra:
+    """The spectra of ``weights`` as the commands compute them: numpy for ``device="cpu"`` (torch is
+    not imported), torch on any other device (checked by :func:`resolve_device`)."""
+    if str(device) == "cpu":
+        return compute_spectra_numpy(weights, dtype=dtype, progress=progress)
+    import torch
+
+    return compute_spectra(weights, dtype=getattr(torch, dtype), device=resolve_device(device), progress=progress)
+
+
+def resolve_device(name):
     """``torch.device(name)``, refusing (ValueError, one line) a CUDA device that is not present."""
+    import torch
+
     try:
         device = torch.device(name)
     except (RuntimeError, TypeError) as exc:

@@ -102,18 +102,14 @@ def spectra(
 ) -> SpectraResult:
     """Singular values of every covered matrix of ``model`` (in ``view``), as ``specbound spectra``
     computes."""
-    import torch
-
-    from .numeric.spectra import compute_spectra, norm_summaries, resolve_device
+    from .commands.proxies import device_of
+    from .numeric.spectra import norm_summaries, spectra_on
 
     if dtype not in ("float64", "float32"):
         raise SpecboundError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
-    try:
-        dev = resolve_device(device)
-    except ValueError as exc:
-        raise SpecboundError(str(exc)) from None
+    dev = device_of(device)
     weights = load_weights(model, num_heads=num_heads, view=view)
-    values = compute_spectra(weights, dtype=getattr(torch, dtype), device=dev)
+    values = spectra_on(weights, dtype=dtype, device=dev)
     return SpectraResult(_label(model), dtype, weights, values, tuple(norm_summaries(values)))
 
 
@@ -148,15 +144,13 @@ def proxies(
     device: str = "cpu",
 ) -> ProxiesResult:
     """Both paper proxies of ``model``, as ``specbound proxies`` computes them."""
+    from .commands.proxies import device_of
     from .numeric.proxies import paper_proxies
-    from .numeric.spectra import compute_spectra, resolve_device
+    from .numeric.spectra import spectra_on
 
-    try:
-        dev = resolve_device(device)
-    except ValueError as exc:
-        raise SpecboundError(str(exc)) from None
+    dev = device_of(device)
     weights = load_weights(model, num_heads=num_heads, view="proxy")  # the proxies' convention
-    values = compute_spectra(weights, device=dev)
+    values = spectra_on(weights, device=dev)
     try:
         result = paper_proxies(weights, spectra=values)
     except ValueError as exc:

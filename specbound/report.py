@@ -55,8 +55,8 @@ def plot_spectral_decay(spectra, folder: str | os.PathLike) -> Path:
     singular value.  Exact zeros and padding are not drawn (log scale).  Returns the PNG path.
     """
     plt = _pyplot()
-    values = spectra.values.cpu().numpy()
-    counts = spectra.counts.cpu().numpy()
+    values = np.asarray(spectra.values) if isinstance(spectra.values, np.ndarray) else spectra.values.cpu().numpy()
+    counts = np.asarray(spectra.counts) if isinstance(spectra.counts, np.ndarray) else spectra.counts.cpu().numpy()
     layers = sorted({m.layer for m in spectra.matrices})
     fig, axes = plt.subplots(1, len(MATRIX_KINDS), figsize=(4 * len(MATRIX_KINDS), 3.5), squeeze=False)
     cmap = plt.get_cmap("viridis")

@@ -22,11 +22,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--csv", metavar="FILE", help="also write the per-matrix records as CSV")
     parser.add_argument("--report", metavar="DIR",
                         help="write contribution_vs_p.png and spectral_decay.png into DIR")
-    parser.add_argument("--device", default="cpu", help="torch device: cpu (default) or cuda")
+    parser.add_argument("--device", default="cpu", help="cpu (default: numpy, no torch) or a torch device (cuda)")
 
 
 def device_of(name: str):
-    """The torch device for ``--device``, as a one-line SpecboundError if it cannot be used."""
+    """``"cpu"`` (the numpy path), else the torch device for ``--device``, as a one-line
+    SpecboundError if it cannot be used."""
+    if name == "cpu":
+        return "cpu"
     from specbound.numeric.spectra import resolve_device
 
     try:
@@ -65,14 +68,14 @@ def _fmt(x: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from specbound.numeric.proxies import DIFFERENCES, paper_proxies
-    from specbound.numeric.spectra import compute_spectra
+    from specbound.numeric.spectra import spectra_on
     from specbound.progress import progress_bar
 
     check_destinations(args)
     device = device_of(args.device)
     weights = load(args, view="proxy")  # no score scale: the companion code's convention
     with progress_bar(len(weights.matrices), "singular values", enabled=not args.json) as bar:
-        spectra = compute_spectra(weights, device=device, progress=bar)
+        spectra = spectra_on(weights, device=device, progress=bar)
     try:
         result = paper_proxies(weights, spectra=spectra)
     except ValueError as exc:

@@ -27,23 +27,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --json: include every singular value of every matrix")
     parser.add_argument("--csv", metavar="FILE", help="also write the norm summary as CSV")
     parser.add_argument("--report", metavar="DIR", help="write spectral_decay.png into DIR")
-    parser.add_argument("--device", default="cpu", help="torch device: cpu (default) or cuda")
+    parser.add_argument("--device", default="cpu", help="cpu (default: numpy, no torch) or a torch device (cuda)")
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                         help="SVD precision (float32: |error| <= 1e-5 * sigma_1, see numeric.spectra)")
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from specbound.numeric.spectra import compute_spectra, norm_summaries
+    from specbound.numeric.spectra import norm_summaries, spectra_on
     from specbound.progress import progress_bar
 
     check_destinations(args)
     device = device_of(args.device)
-    dtype = torch.float64 if args.dtype == "float64" else torch.float32
     weights = load(args, view=args.view)
     with progress_bar(len(weights.matrices), "singular values", enabled=not args.json) as bar:
-        spectra = compute_spectra(weights, dtype=dtype, device=device, progress=bar)
+        spectra = spectra_on(weights, device=device, dtype=args.dtype, progress=bar)
     summaries = norm_summaries(spectra)
 
     if args.csv is not None:

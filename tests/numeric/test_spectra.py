@@ -139,3 +139,39 @@ def test_cuda_matches_cpu():
     assert gpu.values.device.type == "cuda"
     scale = cpu.spectral.clamp(min=1e-300)[:, None]
     assert bool((((gpu.values.cpu() - cpu.values).abs() / scale) <= 1e-12).all())
+
+
+def test_numpy_backend_equals_torch_backend():
+    mats = mixed_matrices(seed=5)
+    a, b = sp.compute_spectra_numpy(mats), compute_spectra(mats)
+    assert isinstance(a.values, np.ndarray)
+    k = np.asarray(a.counts)
+    assert np.array_equal(k, b.counts.numpy())
+    for j in range(len(mats)):
+        ref = b.sigma(j)
+        assert np.allclose(a.sigma(j), ref, rtol=0, atol=1e-13 * max(ref[0], 1e-300))
+    for name in ("frobenius", "norm_21", "norm_11"):
+        assert np.allclose(getattr(a, name), getattr(b, name).numpy(), rtol=1e-13, atol=0)
+    assert numerical_rank(a.values, a.counts).tolist() == numerical_rank(b.values, b.counts).tolist()
+    # p >= 1 only: the rounding-noise tail of a factored product (~1e-16 sigma_1) differs between the
+    # two LAPACKs, and at small p its sigma^p is no longer negligible (module note)
+    ps = np.array([0.0, 1.0, 2.0])
+    assert np.allclose(schatten_powers(a.values, a.counts, ps), schatten_powers(b.values, b.counts, torch.tensor(ps)).numpy(),
+                       rtol=1e-12, atol=0)
+    small = sp.compute_spectra_numpy(mats, max_batch_bytes=1)  # one matrix at a time: same values
+    assert np.array_equal(small.values, a.values)
+
+
+@pytest.mark.parametrize("command", ["spectra", "proxies"])
+def test_cpu_commands_import_neither_torch_nor_sympy(tmp_path, command):
+    import subprocess
+    import sys
+
+    from tests.numeric.bert_reference import write_random_bert
+
+    folder = write_random_bert(str(tmp_path), seed=1)
+    code = ("import sys; from specbound.cli import main; rc = main([%r, %r, '--json']); "
+            "bad = [m for m in ('torch', 'sympy') if m in sys.modules]; "
+            "sys.exit(rc or (3 if bad else 0))" % (command, folder))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
