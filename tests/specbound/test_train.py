@@ -168,3 +168,56 @@ def test_make_default_reproduces_the_shipped_files(tmp_path, default):
     _, record, raw = default
     assert (tmp_path / "default.safetensors").read_bytes() == raw
     assert json.loads((tmp_path / "default.json").read_text()) == record
+
+
+# ------------------------------------------------------------------------ candidate default
+@pytest.fixture(scope="module")
+def candidate():
+    record = json.loads(DATA.joinpath("candidate.json").read_text())
+    with resources.as_file(DATA.joinpath("candidate.safetensors")) as path:
+        raw = path.read_bytes()
+        model = AnalysisTransformer.load(path)
+    return model, record, raw
+
+
+def test_candidate_is_trained_on_a_non_enumerable_task_and_bounded_on_its_training_sample(candidate):
+    from specbound.tasks import Task
+
+    model, record, raw = candidate
+    config = TrainConfig(**record["config"])
+    task = config.make_task()
+    assert task.name == "symbol_majority" and not task.enumerable and task.input_count == 16 ** 16
+    assert Task.from_record(record["task"]) == task and model.task == task.name
+    a = model.arch
+    assert (a.num_layers, a.num_heads, a.width) == (2, 2, 32) and a.vocab_size == 17
+    assert record["bound_sample"] == "train"
+    assert record["S"]["kind"] == "training sample" and record["S"]["n"] == config.n_train == 1_000_000
+    assert record["S"]["data_seed"] == config.data_seed
+    assert record["sha256"] == hashlib.sha256(raw).hexdigest() and len(raw) < 1_000_000
+
+
+def test_candidate_keeps_its_accuracy_on_fresh_samples(candidate):
+    model, record, _ = candidate
+    task = TrainConfig(**record["config"]).make_task()
+    result = evaluate(model, *fresh_sample(task, 2000, record["test"]["seed"] + 1000))
+    assert result["accuracy"] >= record["test"]["accuracy"] - 0.02 and record["test"]["accuracy"] >= 0.99
+
+
+@pytest.mark.slow
+def test_make_candidate_default_reproduces_the_shipped_files(tmp_path, candidate):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "make_candidate_default.py"
+    argv = sys.argv
+    sys.argv = [str(script), "--out-dir", str(tmp_path)]
+    try:
+        with pytest.raises(SystemExit) as exc:
+            runpy.run_path(str(script), run_name="__main__")
+    finally:
+        sys.argv = argv
+    assert exc.value.code == 0
+    _, record, raw = candidate
+    assert (tmp_path / "candidate.safetensors").read_bytes() == raw
+    assert json.loads((tmp_path / "candidate.json").read_text()) == record
