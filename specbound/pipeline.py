@@ -75,9 +75,17 @@ def float_margins(weights, data) -> np.ndarray | None:
     import torch  # only here: the own-format float forward; the rest of certify runs without torch
 
     model = AnalysisTransformer.load(path)
+    tokens = np.asarray(data.tokens)
+    f = np.empty(tokens.shape[0])
     with torch.no_grad():
-        f = model(torch.from_numpy(np.asarray(data.tokens))).numpy()
+        # in batches: memory stays bounded whatever n is (one batch's attention tensors at a time)
+        for a in range(0, tokens.shape[0], FLOAT_MARGIN_BATCH):
+            f[a:a + FLOAT_MARGIN_BATCH] = model(torch.from_numpy(tokens[a:a + FLOAT_MARGIN_BATCH])).numpy()
     return f * np.asarray(data.labels, dtype=np.float64)
+
+
+FLOAT_MARGIN_BATCH = 4096
+"""Samples per batch of the float forward that chooses the margin."""
 
 
 def refuse_outside_theorem(checkpoint=None) -> None:

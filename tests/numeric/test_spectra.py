@@ -175,3 +175,17 @@ def test_cpu_commands_import_neither_torch_nor_sympy(tmp_path, command):
             "sys.exit(rc or (3 if bad else 0))" % (command, folder))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_numpy_backend_honours_a_left_over_score_scale():
+    # sigma(c W) = c sigma(W): a score scale kept aside (scale_sq = 1/2, c = 1/sqrt(2)) must scale
+    # the singular values and norms of the numpy path exactly as the torch path and the dense value
+    from dataclasses import replace
+    from fractions import Fraction
+
+    mats = [replace(m, scale_sq=Fraction(1, 2)) for m in mixed_matrices(seed=7)]
+    a, b = sp.compute_spectra_numpy(mats), compute_spectra(mats)
+    for j, m in enumerate(mats):
+        ref = np.linalg.svd(m.dense(), compute_uv=False)
+        assert np.allclose(a.sigma(j), ref, rtol=0, atol=1e-13 * max(ref[0], 1e-300))
+        assert np.allclose(a.sigma(j), b.sigma(j), rtol=0, atol=1e-13 * max(ref[0], 1e-300))
