@@ -17,7 +17,7 @@ W_v^T W_o, both N x N; the two feed-forward matrices), and compute its singular 
 BLAS threads; a single-thread variant is reported as well.  BERT-base shapes come from a synthetic
 random checkpoint written into a temporary folder (config.json + model.safetensors, BERT names).
 
-    .venv/bin/python benchmarks/bench_ratios.py [--reps 5] [--skip-bert] [--skip-minilm]
+    .venv/bin/python benchmarks/bench_ratios.py [--reps 5] [--skip-bert] [--skip-minilm] [--bert-layers 12]
 """
 
 from __future__ import annotations
@@ -141,6 +141,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--skip-minilm", action="store_true")
     ap.add_argument("--skip-bert", action="store_true")
+    ap.add_argument("--bert-layers", type=int, default=12, help="layers of the synthetic BERT-base (default 12)")
     args = ap.parse_args()
     certify = ["certify", "--n", "1000000"]
     if not args.skip_minilm:
@@ -153,8 +154,8 @@ def main() -> None:
                      "specbound spectra (c)": ["spectra"]})
     if not args.skip_bert:
         with tempfile.TemporaryDirectory() as tmp:
-            write_bert_base(tmp)
-            measure(tmp, "BERT-base shapes, synthetic (312 matrices)", args.reps,
+            write_bert_base(tmp, layers=args.bert_layers)
+            measure(tmp, f"BERT-base shapes, synthetic, {args.bert_layers} layers ({26 * args.bert_layers} matrices)", args.reps,
                     {"specbound certify --n 1000000 (b)": certify, "specbound proxies (c)": ["proxies"],
                      "specbound spectra (c)": ["spectra"]})
 
