@@ -20,7 +20,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..matrices import AnalysisWeights
-from ..vocabulary import ACTIVATIONS, CAPABILITY_MATRICES, LLAMA_LAYOUT, VIEW_ANALYSIS
+from ..vocabulary import ACTIVATIONS, CAPABILITY_CERTIFY, CAPABILITY_MATRICES, LLAMA_LAYOUT, VIEW_ANALYSIS
 from . import helpers
 from .helpers import AdapterSpec, Config, NameTable, Reads
 
@@ -47,10 +47,10 @@ SPEC = AdapterSpec(
     families=("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_text"),
     expected="layers.{l}.self_attn.q_proj.weight with mlp.gate_proj (prefix model.), or GGUF "
              "blk.{l}.attn_q.weight with ffn_gate",
-    # The decoder issue adds CAPABILITY_CERTIFY here once the Llama-style certified path lands.
-    capabilities=frozenset({CAPABILITY_MATRICES}),
-    outside_theorem="rotary position embeddings (RoPE) in the self-attention of layer 0: the "
-                    "Llama-style analysis model has no certified path yet",
+    # certify through the Llama-style (LS) analysis model of proofs_notes/theory.md section 11:
+    # complexity + confidence (no float forward and no recorded task: the empirical term comes from
+    # the user, flagged NOT certified)
+    capabilities=frozenset({CAPABILITY_MATRICES, CAPABILITY_CERTIFY}),
     config_keys=("model_type", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                  "hidden_size", "head_dim", "intermediate_size", "hidden_act", "hidden_activation",
                  "query_pre_attn_scalar", "general.architecture", "{arch}.block_count",
@@ -115,8 +115,9 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
     scope = helpers.scope(
         f"{family} decoder (Llama-style)", norm="RMSNorm" + (" (and the q/k norms)" if qk_norm else ""),
         kept=(f"per query head c W_Q, c^2 = {scale_sq}", "per key/value group W_K",
-              "per query head value-output products W_V W_O", "gated feed-forward gate, up, down"),
-        dropped=("rotary position embeddings (RoPE)", "residual connections", "token embeddings",
+              "per query head value-output products W_V W_O", "gated feed-forward gate, up, down",
+              "rotary position embeddings as exact rotations (rho_R = 1; the model's float tables are not read)"),
+        dropped=("residual connections", "token embeddings",
                  "final norm and language-model head"),
         activation_source=source, config=config, view=view,
         readout="causal mask; none in the checkpoint: the analysis model reads out the last token with a fixed unit vector w",
