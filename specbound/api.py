@@ -84,8 +84,10 @@ class SpectraResult:
                 row["singular_values"] = self.spectra.sigma(j).tolist()
             rows.append(row)
         w = self.weights
-        return {"checkpoint": self.checkpoint, "dtype": self.dtype, "num_layers": w.num_layers,
-                "num_heads": w.num_heads, "width": w.width, "matrices": rows}
+        return {"checkpoint": self.checkpoint, "dtype": self.dtype,
+                "view": w.extra.get("view", "analysis"), "layout": w.layout, "variant": w.variant,
+                "num_layers": w.num_layers, "num_heads": w.num_heads, "width": w.width,
+                "matrices": rows}
 
     def to_dataframe(self) -> pandas.DataFrame:
         """One row per matrix: the norm summary columns."""
