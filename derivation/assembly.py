@@ -16,7 +16,7 @@ from typing import Mapping
 
 import sympy as sp
 
-from specbound.vocabulary import LS_MATRIX_KINDS, MATRIX_KINDS
+from specbound.vocabulary import LS_MATRIX_KINDS, MATRIX_KINDS, kv_group  # noqa: F401  (re-exported: the one group map)
 
 from . import modern_blocks
 from .symbols import c_A, c_D, c_G, c_in, c_K, c_out, c_Q, c_U, c_V, group_sum
@@ -58,16 +58,6 @@ _LS = Layout(LS_MATRIX_KINDS, MappingProxyType({c_Q: "Q", c_K: "K", c_V: "V_tild
 def layout(model: str) -> Layout:
     """The :class:`Layout` of a model variant ("plain", "residual", "causal": the plain kinds)."""
     return _LS if model in LS_MODELS else _PLAIN
-
-
-def kv_group(head: int, num_heads: int, num_kv_heads: int) -> int:
-    """The key/value group g(h) of query head ``head`` in grouped-query attention: consecutive
-    blocks of ``num_heads / num_kv_heads`` heads share one group (0 means one group per head)."""
-    if num_kv_heads <= 0:
-        return head
-    if num_heads % num_kv_heads:
-        raise ValueError(f"{num_heads} heads do not split into {num_kv_heads} key/value groups")
-    return head // (num_heads // num_kv_heads)
 
 
 def default_beta_c(num_layers: int, model: str) -> Fraction:

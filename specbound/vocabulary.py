@@ -95,3 +95,13 @@ CAPABILITY_CERTIFY = "certify"
 """An adapter's analysis model is inside a theorem the certified path evaluates."""
 CAPABILITIES: tuple[str, ...] = (CAPABILITY_MATRICES, CAPABILITY_FLOAT_FORWARD, CAPABILITY_RECORDED_TASK,
                                  CAPABILITY_CERTIFY)
+
+
+def kv_group(head: int, num_heads: int, num_kv_heads: int) -> int:
+    """The key/value group g(h) of query head ``head`` in grouped-query attention: consecutive
+    blocks of ``num_heads / num_kv_heads`` heads share one group (0 means one group per head)."""
+    if num_kv_heads <= 0:
+        return head
+    if num_heads % num_kv_heads:
+        raise ValueError(f"{num_heads} heads do not split into {num_kv_heads} key/value groups")
+    return head // (num_heads // num_kv_heads)

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..errors import LayoutError
 from ..scope import ModelScope
-from ..derivation.assembly import kv_group
+from ..vocabulary import kv_group
 from ..matrices import AnalysisWeights, NamedMatrix, ordered
 from ..vocabulary import (
     ANALYSIS_LAYOUT, CAPABILITY_CERTIFY, CAPABILITY_FLOAT_FORWARD, CAPABILITY_MATRICES,

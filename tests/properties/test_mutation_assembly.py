@@ -70,6 +70,15 @@ def _clear_caches() -> None:
     PC.theorem.cache_clear()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_caches():
+    """Every test here starts from theorems assembled from the original registry: a cache filled
+    by an earlier test (of another module, under a patched constant) must not decide a verdict."""
+    _clear_caches()
+    yield
+    _clear_caches()
+
+
 @contextmanager
 def mutated(lemma: str, constants: dict | None = None, covering=None, statement=None):
     """The registry with one lemma replaced by a mutant, in every loaded module that holds it."""
