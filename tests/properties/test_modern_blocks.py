@@ -210,9 +210,19 @@ def test_silu_L_phi_is_a_tight_upper_bound():
     assert np.all(np.abs(mref.silu(t)) <= np.abs(t))
 
 
-def test_silu_enclosure_in_arb():
-    flint = pytest.importorskip("flint")
+@pytest.fixture
+def arb_prec_200():
+    """Arb at 200 bits for one test, restored afterwards (the precision is global state)."""
+    import flint
+
+    old = flint.ctx.prec
     flint.ctx.prec = 200
+    yield
+    flint.ctx.prec = old
+
+
+def test_silu_enclosure_in_arb(arb_prec_200):
+    flint = pytest.importorskip("flint")
     with mpmath.workdps(40):
         ts = _silu_t_star()
         a = flint.arb(mpmath.nstr(ts - mpmath.mpf("1e-25"), 40))
