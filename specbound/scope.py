@@ -128,7 +128,7 @@ def scope_block(*, checkpoint: str, sha256: str, model: ModelScope | None, varia
         "n": n,
         "margin": margin,
         "empirical_certified": bool(empirical_certified),
-        "empirical": ("certified (Arb forward passes on S)" if empirical_certified
+        "empirical": ("certified (certified forward passes on S: Arb, or binary64 with a proven error bound)" if empirical_certified
                       else "NOT certified (user-supplied)" if empirical_kind == "user"
                       else "absent: complexity + confidence only, NOT a bound"),
         "assumptions": assumptions,
