@@ -33,7 +33,7 @@ from specbound.certified.radii import MatrixRounding, dominates, exact_value
 from specbound.errors import SpecboundError
 from specbound.plan import BoundPlan, BoundSettings
 from specbound.scope import NOT_PROVEN, VACUOUS, is_vacuous, scope_lines
-from specbound.vocabulary import EMPIRICAL_USER
+from specbound.vocabulary import EMPIRICAL_USER, MAX_TASK_SAMPLES, MAX_TASK_SEQ_LEN
 
 FORMAT = "specbound-certificate-v1"
 
@@ -302,10 +302,6 @@ MAX_RANK = 10**7
 """Largest rank / r_max accepted (no covered matrix has a side longer than this)."""
 MAX_DIGITS = 60
 """Longest numerator or denominator (decimal digits) of a recorded fraction."""
-MAX_TASK_SEQ = 4096
-"""Longest sequence of a recorded task accepted (fresh samples are re-drawn in memory)."""
-MAX_TASK_SAMPLES = 10**8
-"""Most fresh task samples a certificate may ask verify to re-draw."""
 
 
 def _where(path: str, what: str) -> CertificateError:
@@ -434,14 +430,14 @@ def check_ranges(cert: dict) -> None:
     if task is not None:
         if not isinstance(task, dict):
             raise _where("empirical_source.detail.task", "expected an object")
-        _int_in(task.get("seq_len"), "empirical_source.detail.task.seq_len", 1, MAX_TASK_SEQ)
+        _int_in(task.get("seq_len"), "empirical_source.detail.task.seq_len", 1, MAX_TASK_SEQ_LEN)
         if "vocab_size" in task:
             _int_in(task["vocab_size"], "empirical_source.detail.task.vocab_size", 2, 10**6)
         positions = task.get("positions")
-        if not isinstance(positions, list) or len(positions) > MAX_TASK_SEQ:
+        if not isinstance(positions, list) or len(positions) > MAX_TASK_SEQ_LEN:
             raise _where("empirical_source.detail.task.positions", "expected a short list")
         for i, v in enumerate(positions):
-            _int_in(v, f"empirical_source.detail.task.positions[{i}]", 0, MAX_TASK_SEQ)
+            _int_in(v, f"empirical_source.detail.task.positions[{i}]", 0, MAX_TASK_SEQ_LEN)
 
 
 def settings_from(cert: dict) -> BoundSettings:

@@ -218,6 +218,7 @@ def certified_ramp_loss(
     workers: int = 1,
     progress: Callable[[int], None] | None = None,
     forward: str = FORWARD_FAST,
+    fast: FastPass | None = None,
 ) -> RampLossCertificate:
     """Certified enclosure of the empirical ramp loss of ``weights`` on ``data`` at margin ``rho``.
 
@@ -229,7 +230,8 @@ def certified_ramp_loss(
     ``progress(k)`` is called with the number of samples done so far.  ``forward``: "fast" (default;
     binary64 program with a proven a-priori error bound, proofs_notes/fast_forward.md, falling back to
     "arb" for models it does not cover) or "arb" (every sample in Arb ball arithmetic; ``prec`` and
-    ``workers`` apply to it and to the samples the fast pass redoes).
+    ``workers`` apply to it and to the samples the fast pass redoes).  ``fast``: the
+    :func:`fast_pass` of exactly these ``weights`` and ``data``, when the caller already has it.
 
     Guarantee: ``result.lower <= (1/n) sum_i l_rho(y_i f(X_i)) <= result.upper`` for the exact real
     network and inputs ``X_i = Pi(rows_i)``.
@@ -242,7 +244,7 @@ def certified_ramp_loss(
     n = int(data.labels.shape[0])
     if forward == FORWARD_FAST and n > 0:
         try:
-            return _fast_ramp_loss(weights, data, r, embedding, prec, progress, began)
+            return _fast_ramp_loss(weights, data, r, embedding, prec, progress, began, fast)
         except NotApplicable:
             pass  # a model or input the fast pass does not cover: every sample in Arb
     if workers <= 1 or n < 2:
@@ -296,9 +298,26 @@ def exact_float_sum(values: np.ndarray) -> Fraction:
     return total
 
 
-def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began) -> RampLossCertificate:
-    """certified_ramp_loss by the fast pass (proofs_notes/fast_forward.md step 8)."""
-    n = int(data.labels.shape[0])
+@dataclass(frozen=True, eq=False)
+class FastPass:
+    """The fast forward pass of one model over one sample: float outputs ``f`` with the exact point
+    ``epsilon`` such that ``|f[i] - f(X_i)| <= epsilon`` for every sample i (proofs_notes/fast_forward.md).
+
+    Computed once per certify run: its signed margins choose the margin rho (floats only choose) and
+    the same outputs, with ``epsilon``, certify the ramp loss at the chosen rho."""
+
+    f: np.ndarray
+    epsilon: arb
+
+    def margins(self, data: DataSet) -> np.ndarray:
+        """Float margins ``y_i f[i]`` (an exact sign flip of ``f``)."""
+        return np.where(np.asarray(data.labels) < 0, -self.f, self.f)
+
+
+def fast_pass(weights: AnalysisWeights, data: DataSet, embedding=None) -> FastPass:
+    """The fast forward pass of ``weights`` over ``data`` (NotApplicable for a model or input it does
+    not cover; then the Arb pass is the route)."""
+    _inputs_of(data, weights, embedding)  # the same input checks as the Arb pass
     if data.inputs is not None:
         fast = prepare_rows(weights, data.inputs.shape[1])
         f = margins_of_rows(fast, data.inputs)
@@ -307,6 +326,18 @@ def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began) -> 
         tokens = np.asarray(data.tokens)
         fast, table = prepare_tokens(weights, E, P, tokens)
         f = margins_of_tokens(fast, table, tokens)
+    return FastPass(f, fast.epsilon)
+
+
+def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began,
+                    done: FastPass | None = None) -> RampLossCertificate:
+    """certified_ramp_loss by the fast pass (proofs_notes/fast_forward.md step 8); ``done``: the pass
+    already computed for exactly these weights and data (else it is computed here)."""
+    n = int(data.labels.shape[0])
+    fast = done if done is not None else fast_pass(weights, data, embedding)
+    f = fast.f
+    if f.shape != (n,):
+        raise ValueError("a fast pass of another sample")
     eps = fast.epsilon  # exact point
     eps_f, rho_f = _float_toward(eps, math.inf), float(r.mid())
     g = np.where(np.asarray(data.labels) < 0, -f, f)  # exact sign flip
@@ -429,11 +460,13 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
 
 __all__: Sequence[str] = (
     "ArbNetwork",
+    "FastPass",
     "RampLossCertificate",
     "activation",
     "certified_forward",
     "certified_ramp_loss",
     "embedded_input_ball",
+    "fast_pass",
     "input_ball",
     "project_rows",
     "ramp_lower",

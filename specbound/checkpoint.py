@@ -308,12 +308,39 @@ def _safetensors_dtype(raw: str) -> str:
 _REFUSED = re.compile(r"(Unsupported global: GLOBAL \S+|Unsupported operand \S+)")
 
 
+MAX_TORCH_PICKLE = 256 * 2**20
+"""Largest pickle (``data.pkl``) of a zip ``.pt`` file read: the unpickler holds it in memory."""
+MAX_TORCH_COMPRESSED = 16 * 2**20
+"""Largest declared size of a *compressed* member of a zip ``.pt`` file: torch writes its members
+stored (uncompressed, then memory-mapped); a compressed one would be inflated into memory."""
+
+
+def _check_torch_zip(path: Path) -> None:
+    """Refuse, from the zip directory alone, a ``.pt`` archive whose loading would need memory out of
+    proportion to the file: a compressed member declaring more than MAX_TORCH_COMPRESSED bytes (a
+    decompression bomb) or a pickle of more than MAX_TORCH_PICKLE bytes."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                if info.compress_type != zipfile.ZIP_STORED and info.file_size > MAX_TORCH_COMPRESSED:
+                    raise CheckpointError(
+                        f"{path}: member {info.filename!r} declares {info.file_size} bytes compressed into "
+                        f"{info.compress_size}: refused (a decompression bomb; torch stores members uncompressed)")
+                if info.filename.endswith(".pkl") and info.file_size > MAX_TORCH_PICKLE:
+                    raise CheckpointError(
+                        f"{path}: pickle {info.filename!r} of {info.file_size} bytes exceeds {MAX_TORCH_PICKLE}: refused")
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: truncated or corrupt PyTorch file ({_one_line(exc)})") from None
+
+
 def _open_torch(path: Path) -> Opened:
     import pickle
 
     import torch
 
     is_zip = zipfile.is_zipfile(path)
+    if is_zip:
+        _check_torch_zip(path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

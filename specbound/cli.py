@@ -73,18 +73,19 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "numpy" not in sys.modules and any(a in SINGLE_THREAD_BLAS for a in argv):
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    # Import only the command that runs: torch-free commands then start quickly.
-    only = next((a for a in argv if not a.startswith("-")), None)
-    parser = build_parser(only if only in COMMANDS else None)
-    args = parser.parse_args(argv)
-    if args._run is None:
-        print(f"specbound: error: command '{args.command}' is not available yet", file=sys.stderr)
-        return 2
     try:
         previous = signal.signal(signal.SIGTERM, _terminated)
     except ValueError:  # not the main thread (an embedding application): leave signals alone
         previous = None
     try:
+        # Import only the command that runs: torch-free commands then start quickly.  Inside the
+        # try: an interrupt during those imports is one line too, not a traceback.
+        only = next((a for a in argv if not a.startswith("-")), None)
+        parser = build_parser(only if only in COMMANDS else None)
+        args = parser.parse_args(argv)
+        if args._run is None:
+            print(f"specbound: error: command '{args.command}' is not available yet", file=sys.stderr)
+            return 2
         return int(args._run(args) or 0)
     except SpecboundError as exc:
         print(f"specbound: error: {one_line(exc)}", file=sys.stderr)

@@ -28,7 +28,8 @@ from specbound.errors import SpecboundError
 from specbound.tasks import Task, training_sample_of
 from specbound.vocabulary import (
     CAPABILITY_RECORDED_TASK, CERTIFIED_SOURCES, EMPIRICAL_DATA, EMPIRICAL_NONE, EMPIRICAL_SOURCES,
-    EMPIRICAL_TASK, EMPIRICAL_TRAIN, EMPIRICAL_USER, FORWARD_FAST,
+    EMPIRICAL_TASK, EMPIRICAL_TRAIN, EMPIRICAL_USER, FORWARD_FAST, MAX_TASK_SAMPLES, MAX_TASK_SEQ_LEN,
+    MAX_TASK_TOKENS,
 )
 
 DEFAULT_SAMPLES = 2000
@@ -96,10 +97,8 @@ def train_sample(detail: dict) -> DataSet:
                                source=f"training sample S of task {task.name} (data seed {detail['data_seed']}, n {detail['n']})")
 
 
-#: a recorded task longer than this, or a sample of more tokens than MAX_TASK_TOKENS, is refused
-#: before anything is allocated (a task record is a small JSON file anyone can edit)
-MAX_TASK_SEQ_LEN = 100_000
-MAX_TASK_TOKENS = 200_000_000
+# a recorded task longer than MAX_TASK_SEQ_LEN, or a sample of more tokens than MAX_TASK_TOKENS, is
+# refused before anything is allocated (a task record is a small JSON file anyone can edit)
 
 
 def task_sample(task: dict, n: int, seed: int) -> DataSet:
@@ -162,8 +161,8 @@ def resolve(weights, checkpoint, data, *, n: int | None, empirical: float | None
     task = task_record(weights, checkpoint) if records else None
     if task is not None and not (samples is not None and samples == 0):
         ns = DEFAULT_SAMPLES if samples is None else int(samples)
-        if ns < 1:
-            raise SpecboundError(f"--samples must be a positive integer, got {samples}")
+        if not 1 <= ns <= MAX_TASK_SAMPLES:
+            raise SpecboundError(f"--samples must be an integer in [1, {MAX_TASK_SAMPLES}], got {samples}")
         sd = DEFAULT_SEED if seed is None else int(seed)
         if n is not None and n != ns:
             raise SpecboundError(f"n = {n} but {ns} samples are drawn; give one of them")
@@ -206,16 +205,17 @@ def default_workers() -> int:
 
 def empirical_ball(weights, source: EmpiricalSource, dataset: DataSet | None, rho: arb, *,
                    workers: int | None = None, progress=None,
-                   forward: str = FORWARD_FAST) -> tuple[arb | None, object | None]:
+                   forward: str = FORWARD_FAST, fast=None) -> tuple[arb | None, object | None]:
     """(the empirical term as an Arb ball, the RampLossCertificate or None).
 
     Certified sources: the certified ramp loss of ``dataset`` at margin ``rho`` (its upper ball), by the
-    certified forward pass ``forward`` ("fast" or "arb", vocabulary.FORWARD_METHODS);
+    certified forward pass ``forward`` ("fast" or "arb", vocabulary.FORWARD_METHODS; ``fast``: its
+    :class:`~specbound.certified.ramp_loss.FastPass` over ``dataset`` when already computed);
     "user": the user's number as a ball (NOT certified); "none": (None, None).
     """
     if source.kind in CERTIFIED_SOURCES:
         ramp = certified_ramp_loss(weights, dataset, rho, workers=workers or default_workers(),
-                                   progress=progress, forward=forward)
+                                   progress=progress, forward=forward, fast=fast)
         return ramp.upper, ramp
     if source.kind == EMPIRICAL_USER:
         return arb(float(source.detail["value"])), None

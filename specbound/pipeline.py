@@ -23,7 +23,9 @@ from specbound.adapters import capabilities, detect
 from specbound.certified.bound import certify_bound
 from specbound.certified.certificate import decimal_up
 from specbound.certified.gram_enclosure import METHOD as DEFAULT_ENCLOSURE, enclose_matrices
+from specbound.certified.fast_forward import NotApplicable
 from specbound.certified.radii import exact_value, power_ball
+from specbound.certified.ramp_loss import fast_pass
 from specbound.checkpoint import load_weights, open_checkpoint
 from specbound.derivation.theorem import overrides_record
 from specbound.errors import CertificationError, SpecboundError
@@ -65,8 +67,23 @@ class CertifyResult:
 # plans
 
 
-def float_margins(weights, data) -> np.ndarray | None:
-    """Float64 margins y f(X) of an own-format model on token data (for choosing rho only)."""
+def fast_pass_of(weights, data, forward: str):
+    """The fast certified forward pass over ``data`` (:func:`specbound.certified.ramp_loss.fast_pass`)
+    when ``forward`` is "fast" and the pass covers this model and input, else None.  Its float
+    margins choose rho and the same outputs certify the ramp loss: the sample is run once."""
+    if data is None or forward != FORWARD_FAST or data.n == 0:
+        return None
+    try:
+        return fast_pass(weights, data)
+    except NotApplicable:
+        return None
+
+
+def float_margins(weights, data, fast=None) -> np.ndarray | None:
+    """Float64 margins y f(X) (for choosing rho only): from the fast pass ``fast`` when given, else
+    from the own-format model's float forward in torch (the models the fast pass does not cover)."""
+    if fast is not None:
+        return fast.margins(data)
     if data is None or data.tokens is None or CAPABILITY_FLOAT_FORWARD not in capabilities(weights.layout):
         return None
     path = weights.extra.get("weights_file")
@@ -175,8 +192,11 @@ def certify(
     clock["enclose"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()
+    fast = fast_pass_of(weights, dataset, forward)  # once: margins for the plan, then the certificate
+    clock["fast_pass"] = time.perf_counter() - t2
+    t2 = time.perf_counter()
     if plan is None:
-        margins = float_margins(weights, dataset) if settings.margin is None else None
+        margins = float_margins(weights, dataset, fast) if settings.margin is None else None
         if settings.margin is None and margins is None:
             # nothing to choose the margin from: rho = 1 (stated in the output)
             settings = replace(settings, margin=1.0)
@@ -195,7 +215,7 @@ def certify(
             done[0] = k
 
         emp_ball, ramp = empirical_ball(weights, source, dataset, rho, workers=workers, progress=advance,
-                                        forward=forward)
+                                        forward=forward, fast=fast)
     if ramp is not None:
         source = replace(source, ramp=ramp)
     clock["empirical"] = time.perf_counter() - t3

@@ -96,6 +96,16 @@ CAPABILITY_CERTIFY = "certify"
 CAPABILITIES: tuple[str, ...] = (CAPABILITY_MATRICES, CAPABILITY_FLOAT_FORWARD, CAPABILITY_RECORDED_TASK,
                                  CAPABILITY_CERTIFY)
 
+# ------------------------------------------------------------------------ recorded-task limits
+# One set of limits for certify (drawing samples of a recorded task) and verify (a certificate's
+# claims about one): both re-draw the sample in memory, so both refuse the same sizes up front.
+MAX_TASK_SEQ_LEN = 4096
+"""Longest sequence of a recorded task."""
+MAX_TASK_TOKENS = 200_000_000
+"""Most tokens (samples x sequence length) of one drawn sample."""
+MAX_TASK_SAMPLES = 10**8
+"""Most samples of a recorded task drawn in one run."""
+
 
 def kv_group(head: int, num_heads: int, num_kv_heads: int) -> int:
     """The key/value group g(h) of query head ``head`` in grouped-query attention: consecutive

@@ -243,6 +243,22 @@ def test_npz_checkpoint_bomb_is_refused_before_reading(capsys, tmp_path):
     refused(capsys, ["certify", path, "--num-heads", "3", *EMP], tmp_path, "decompression bomb")
 
 
+def test_pt_checkpoint_bomb_is_refused_before_reading(capsys, tmp_path):
+    # a real torch zip archive with one more member, deflated, that declares 40 MiB in a few KiB: the
+    # zip directory alone says so, and the file is refused before torch inflates anything
+    import torch
+
+    path = tmp_path / "bomb.pt"
+    torch.save({"encoder.layer.0.attention.self.query.weight": torch.zeros(3, 3)}, path)
+    with zipfile.ZipFile(path, "a", compression=zipfile.ZIP_DEFLATED) as zf:
+        with zf.open("archive/data/9", "w", force_zip64=True) as fh:
+            chunk = bytes(2**20)
+            for _ in range(40):
+                fh.write(chunk)
+    assert path.stat().st_size < 2**20
+    refused(capsys, ["certify", path, "--num-heads", "3", *EMP], tmp_path, "decompression bomb")
+
+
 @pytest.mark.parametrize("what", ["data", "checkpoint"])
 def test_npy_header_declaring_a_huge_shape(capsys, files, tmp_path, what):
     _, own, _ = files
@@ -299,7 +315,8 @@ def _alive(pid: int) -> bool:
 ])
 def test_signals_leave_no_worker_behind(sig, rc, line):
     exe = Path(sys.executable).with_name("specbound")
-    proc = subprocess.Popen([str(exe), "certify", "--samples", "4000"], stdout=subprocess.PIPE,
+    # --forward arb: the Arb pass is the one that runs in worker processes
+    proc = subprocess.Popen([str(exe), "certify", "--samples", "4000", "--forward", "arb"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
@@ -322,3 +339,16 @@ def test_signals_leave_no_worker_behind(sig, rc, line):
     assert proc.returncode == rc
     if line is not None:
         assert err.decode().strip().splitlines() == [line]
+
+
+def test_an_interrupt_while_the_command_module_imports_is_one_line(monkeypatch, capsys):
+    # Ctrl-C during start-up (importing torch/SymPy for the command) ends like one during the run.
+    from specbound import cli
+
+    def interrupted(only=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["certify"]) == 130
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip().splitlines() == ["specbound: interrupted"]

@@ -167,7 +167,7 @@ FORGERIES = {
     "architecture.activation": lambda c: c["architecture"].__setitem__("activation", "relu"),
     "checkpoint.layout": lambda c: c["checkpoint"].__setitem__("layout", "bert"),
     "matrices[0].shape": lambda c: c["matrices"][0].__setitem__("shape", [32, 31]),
-    "matrices[0].r_max": lambda c: c["matrices"][0].__setitem__("r_max", 1),
+    "matrices[0].r_max": lambda c: c["matrices"][0].__setitem__("r_max", c["matrices"][0]["r_max"] + 1),
     "settings.grid_m": lambda c: (c["settings"].__setitem__("grid_m", 1), c["plan"].__setitem__("m", 1),
                                   c["plan"].__setitem__("p_index", [0] * len(c["plan"]["p_index"]))),
     "settings.bases.beta_s": lambda c: c["settings"]["bases"].__setitem__("beta_s", "1000"),

@@ -121,37 +121,34 @@ def default():
     return model, record, raw
 
 
-def test_default_checkpoint_has_the_documented_architecture(default):
+def test_default_is_trained_on_a_non_enumerable_task_and_bounded_on_its_training_sample(default):
+    from specbound.tasks import Task
+
     model, record, raw = default
-    c = record["config"]
-    a = model.arch
-    assert (a.num_layers, a.num_heads, a.width, a.head_dim, a.ff_dim, a.activation) == (2, 2, 32, 8, 64, "gelu")
-    assert (a.num_layers, a.num_heads, a.width, a.head_dim, a.ff_dim, a.activation) == (
-        c["num_layers"], c["num_heads"], c["width"], c["head_dim"], c["ff_dim"], c["activation"])
-    assert (a.vocab_size, a.seq_len) == (record["task"]["vocab_size"], record["task"]["seq_len"])
-    assert model.task == record["task"]["name"] == c["task"]
-    assert len(raw) < 1_000_000 and record["sha256"] == hashlib.sha256(raw).hexdigest()
-
-
-def test_default_record_matches_a_regenerated_task(default):
-    _, record, _ = default
     config = TrainConfig(**record["config"])
-    assert list(config.make_task().positions) == record["task"]["positions"]
+    task = config.make_task()
+    assert task.name == "symbol_majority" and not task.enumerable and task.input_count == 16 ** 16
+    assert Task.from_record(record["task"]) == task and model.task == task.name
+    a = model.arch
+    assert (a.num_layers, a.num_heads, a.width, a.head_dim, a.ff_dim, a.activation) == (2, 2, 32, 1, 2, "gelu")
+    assert (a.num_layers, a.num_heads, a.width, a.head_dim, a.ff_dim, a.activation) == (
+        config.num_layers, config.num_heads, config.width, config.head_dim, config.ff_dim, config.activation)
+    assert a.vocab_size == 17 and a.seq_len == record["task"]["seq_len"]
+    assert record["bound_sample"] == "train"
+    assert record["S"]["kind"] == "training sample" and record["S"]["n"] == config.n_train == 1_000_000
+    assert record["S"]["data_seed"] == config.data_seed
+    assert record["sha256"] == hashlib.sha256(raw).hexdigest() and len(raw) < 1_000_000
 
 
-def test_default_checkpoint_keeps_its_accuracy_on_fresh_samples(default):
+def test_default_keeps_its_accuracy_on_fresh_samples(default):
     model, record, _ = default
     task = TrainConfig(**record["config"]).make_task()
-    seed = record["test"]["seed"] + 1000  # a sample the recorded figure was not measured on
-    result = evaluate(model, *fresh_sample(task, 2000, seed))
-    # 2000 draws: a true accuracy >= recorded - 0.01 falls below recorded - 0.03 with negligible probability.
-    assert result["accuracy"] >= record["test"]["accuracy"] - 0.03
-    assert record["test"]["accuracy"] >= 0.9
+    result = evaluate(model, *fresh_sample(task, 2000, record["test"]["seed"] + 1000))
+    assert result["accuracy"] >= record["test"]["accuracy"] - 0.02 and record["test"]["accuracy"] >= 0.99
 
 
 @pytest.mark.slow
 def test_make_default_reproduces_the_shipped_files(tmp_path, default):
-    # Bit-for-bit on the machine/torch build that made them (BLAS summation order may differ elsewhere).
     import runpy
     import sys
     from pathlib import Path
@@ -168,56 +165,3 @@ def test_make_default_reproduces_the_shipped_files(tmp_path, default):
     _, record, raw = default
     assert (tmp_path / "default.safetensors").read_bytes() == raw
     assert json.loads((tmp_path / "default.json").read_text()) == record
-
-
-# ------------------------------------------------------------------------ candidate default
-@pytest.fixture(scope="module")
-def candidate():
-    record = json.loads(DATA.joinpath("candidate.json").read_text())
-    with resources.as_file(DATA.joinpath("candidate.safetensors")) as path:
-        raw = path.read_bytes()
-        model = AnalysisTransformer.load(path)
-    return model, record, raw
-
-
-def test_candidate_is_trained_on_a_non_enumerable_task_and_bounded_on_its_training_sample(candidate):
-    from specbound.tasks import Task
-
-    model, record, raw = candidate
-    config = TrainConfig(**record["config"])
-    task = config.make_task()
-    assert task.name == "symbol_majority" and not task.enumerable and task.input_count == 16 ** 16
-    assert Task.from_record(record["task"]) == task and model.task == task.name
-    a = model.arch
-    assert (a.num_layers, a.num_heads, a.width) == (2, 2, 32) and a.vocab_size == 17
-    assert record["bound_sample"] == "train"
-    assert record["S"]["kind"] == "training sample" and record["S"]["n"] == config.n_train == 1_000_000
-    assert record["S"]["data_seed"] == config.data_seed
-    assert record["sha256"] == hashlib.sha256(raw).hexdigest() and len(raw) < 1_000_000
-
-
-def test_candidate_keeps_its_accuracy_on_fresh_samples(candidate):
-    model, record, _ = candidate
-    task = TrainConfig(**record["config"]).make_task()
-    result = evaluate(model, *fresh_sample(task, 2000, record["test"]["seed"] + 1000))
-    assert result["accuracy"] >= record["test"]["accuracy"] - 0.02 and record["test"]["accuracy"] >= 0.99
-
-
-@pytest.mark.slow
-def test_make_candidate_default_reproduces_the_shipped_files(tmp_path, candidate):
-    import runpy
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[2] / "scripts" / "make_candidate_default.py"
-    argv = sys.argv
-    sys.argv = [str(script), "--out-dir", str(tmp_path)]
-    try:
-        with pytest.raises(SystemExit) as exc:
-            runpy.run_path(str(script), run_name="__main__")
-    finally:
-        sys.argv = argv
-    assert exc.value.code == 0
-    _, record, raw = candidate
-    assert (tmp_path / "candidate.safetensors").read_bytes() == raw
-    assert json.loads((tmp_path / "candidate.json").read_text()) == record
