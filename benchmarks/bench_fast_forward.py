@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from specbound.certified.fast_forward import (
-    FastNetwork, margins_of_tokens, prepare_tokens, project_rows_float,
+    BATCH, FastNetwork, margins_of_tokens, prepare_tokens, project_rows_float,
 )
 from specbound.certified.forward import ArbNetwork, certified_forward, embedded_input_ball
 from specbound.certified.ramp_loss import certified_ramp_loss
@@ -43,7 +43,7 @@ def _erf():
         return lambda x: torch.special.erf(torch.from_numpy(x)).numpy()
 
 
-def float_forward(net: FastNetwork, E: np.ndarray, P: np.ndarray, tokens: np.ndarray, erf, batch: int = 2048) -> np.ndarray:
+def float_forward(net: FastNetwork, E: np.ndarray, P: np.ndarray, tokens: np.ndarray, erf, batch: int = BATCH) -> np.ndarray:
     """The plain float64 forward (same batching and layout as the fast pass; np.exp, libm erf)."""
     T = tokens.shape[1]
     out = np.empty(tokens.shape[0])
@@ -80,7 +80,7 @@ def main() -> None:
 
     w = load_weights()
     task = task_record(w, None)
-    t = Task(task["name"], task["rule"], int(task["seq_len"]), tuple(task["positions"]), int(task.get("vocab_size", 3)))
+    t = Task.from_record(task)
     tokens, labels = t.sample(args.n, np.random.default_rng(3))
     E, P = w.extra["embedding.E"], w.extra["embedding.P"]
     net = FastNetwork.from_weights(w)

@@ -402,7 +402,13 @@ def prepare_rows(weights: AnalysisWeights | FastNetwork, T: int) -> FastForward:
     return FastForward(net, error_budget(net, T, e_pi, r_pi))
 
 
-def margins_of_rows(ff: FastForward, rows: np.ndarray, batch: int = 2048) -> np.ndarray:
+BATCH = 256
+"""Samples per batch of the fast pass: small enough that a batch's attention arrays stay in cache
+(measured on the embedded default: 35k samples/s at 128-256, 20k/s at 2048; results identical, every
+sample's program is the same whatever the batch)."""
+
+
+def margins_of_rows(ff: FastForward, rows: np.ndarray, batch: int = BATCH) -> np.ndarray:
     """``f_hat`` for float input rows ``rows`` (B, T, N) before ``Pi``."""
     rows = np.asarray(rows, dtype=np.float64)
     if not np.abs(rows).max(initial=0.0) <= MAX_INPUT:  # also catches NaN / Inf
@@ -424,7 +430,7 @@ def prepare_tokens(weights: AnalysisWeights | FastNetwork, E: np.ndarray, P: np.
     return FastForward(net, error_budget(net, tokens.shape[1], delta0, R0)), table
 
 
-def margins_of_tokens(ff: FastForward, table: np.ndarray, tokens: np.ndarray, batch: int = 2048) -> np.ndarray:
+def margins_of_tokens(ff: FastForward, table: np.ndarray, tokens: np.ndarray, batch: int = BATCH) -> np.ndarray:
     """``f_hat`` for token sequences (B, T) whose (position, token) rows are in ``table``."""
     plan = ff.plan()
     T = tokens.shape[1]
