@@ -1,6 +1,6 @@
 """Certified forward pass at float speed: a fixed binary64 program plus one proven error bound.
 
-:func:`fast_margins` runs the analysis model (plain variant, GELU or ReLU) over a whole batch in
+:func:`fast_margins` runs the analysis model (plain or residual variant, GELU or ReLU) over a whole batch in
 numpy binary64, with exp and Phi from :mod:`specbound.certified.elementary` (proven, no libm).
 :meth:`FastForward.epsilon` is an exact point ``eps`` computed once per (model, input kind,
 sequence length) in Arb such that ``|f_hat(X) - f(X)| <= eps`` for every admissible input
@@ -50,6 +50,9 @@ PHI_DOMAIN = 4
 exp(t^2/2)); larger models use the Arb pass."""
 
 ACTIVATIONS = ("gelu", "relu")
+
+FAST_VARIANTS = ("plain", "residual")
+"""Model variants the fast program and its error bound cover (proofs_notes/fast_forward.md)."""
 """Activations with a proven float routine (the others use the Arb pass)."""
 
 
@@ -92,6 +95,7 @@ class FastNetwork:
     num_heads: int
     head_dims: tuple[int, ...]  # per layer: (query/key dim, value dim)
     width: int
+    residual: bool = False  # the residual variant (R): Y = Pi(X + Att(X)), X' = Pi(Y + F(Y)) (step 9)
 
     @property
     def num_layers(self) -> int:
@@ -99,8 +103,9 @@ class FastNetwork:
 
     @classmethod
     def from_weights(cls, weights: AnalysisWeights) -> FastNetwork:
-        if getattr(weights, "variant", "plain") != "plain":
-            raise NotApplicable(f"model variant {weights.variant!r} has no fast pass")
+        variant = getattr(weights, "variant", "plain")
+        if variant not in FAST_VARIANTS:
+            raise NotApplicable(f"model variant {variant!r} has no fast pass")
         if weights.activation not in ACTIVATIONS:
             raise NotApplicable(f"activation {weights.activation!r} has no proven float routine")
         if weights.readout is None:
@@ -133,7 +138,7 @@ class FastNetwork:
         if not all(np.isfinite(a).all() for a in arrays):
             raise LayoutError("weights contain NaN or Inf")
         return cls(tuple(wq), tuple(wk), tuple(wv), tuple(wo), tuple(mi), tuple(mo), w,
-                   weights.activation, H, tuple(dims), N)
+                   weights.activation, H, tuple(dims), N, variant == "residual")
 
 
 # --------------------------------------------------------------------------- the float program
@@ -173,7 +178,10 @@ def fast_margins(net: FastNetwork, x0: np.ndarray, phi_plan: tuple[tuple[tuple[f
     L = net.num_layers
     for l in range(L):
         queries = x[:, :1, :] if l == L - 1 else x  # row 0 of the last layer suffices
-        y = project_rows_float(_attention(net, l, x, queries))
+        a = _attention(net, l, x, queries)
+        if net.residual:
+            a += queries  # step 9: fl(m + a), entrywise
+        y = project_rows_float(a)
         u = y @ net.m_in[l]
         if net.activation == "relu":
             g = np.maximum(u, 0.0)
@@ -183,7 +191,10 @@ def fast_margins(net: FastNetwork, x0: np.ndarray, phi_plan: tuple[tuple[tuple[f
                 raise CertificationError("a GELU argument exceeds its proven a-priori bound")
             g = phi(u, coeffs)
             g *= u
-        x = project_rows_float(g @ net.m_out[l])
+        z = g @ net.m_out[l]
+        if net.residual:
+            z += y  # step 9: fl(y + z), entrywise
+        x = project_rows_float(z)
     return x[:, 0, :] @ net.readout
 
 
@@ -317,7 +328,14 @@ def error_budget(net: FastNetwork, T: int, delta0: arb, R0: arb) -> ErrorBudget:
                           + ((1 + eta_p) * ev + gT * (1 + eta_p) * (R * nv + ev) + tiny) * no
                           + _gamma(H * dv) * h_max * no)
             e_att += tiny
-            delta_y, r_y = e_att + e_pi, r_pi
+            if net.residual:
+                # step 9: the identity path keeps delta; the sum m + a rounds by u ||m + a||, with
+                # ||a_hat|| <= sum_h sigma_V + e_att (exact heads: convex combinations of unit rows)
+                a_max = sum((hn["V"] for hn in ln["heads"]), arb(0)) + e_att
+                delta_y = delta + e_att + u * (R + a_max) + e_pi
+            else:
+                delta_y = e_att + e_pi
+            r_y = r_pi
             n_in, n_out, s_in, s_out = ln["in"], ln["out"], ln["s_in"], ln["s_out"]
             e_u = delta_y * s_in + _gamma(N) * r_y * n_in + tiny
             F = net.m_in[l].shape[1]
@@ -334,7 +352,12 @@ def error_budget(net: FastNetwork, T: int, delta0: arb, R0: arb) -> ErrorBudget:
                 l_phi = (1 + arb(1).erf()) / 2 + 1 / (arb(1).exp() * arb.pi().sqrt())
                 e_g = l_phi * e_u + (s_in + e_u) * (e_phi + u * (1 + e_phi)) + tiny
             e_z = e_g * s_out + _gamma(F) * (s_in + e_g) * n_out + tiny
-            delta, R = arb((e_z + e_pi).upper()), r_pi
+            if net.residual:
+                # step 9: ||z|| <= sigma_out ||phi(u)|| <= sigma_out sigma_in for exact z; plus e_z
+                delta_x = delta_y + e_z + u * (r_y + s_in * s_out + e_z) + e_pi
+            else:
+                delta_x = e_z + e_pi
+            delta, R = arb(delta_x.upper()), r_pi
             t_maxes.append(t_max)
             degrees.append(degree)
             stages[f"layer{l + 1}"] = delta

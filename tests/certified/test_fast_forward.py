@@ -29,7 +29,8 @@ from tests.certified.test_forward import exact_ramp, mp_forward, mp_mat
 DPS = 50
 
 
-def _weights(rng, *, L=2, H=2, N=4, d=2, F=5, activation="gelu", qk_scale=1.0, readout=None) -> AnalysisWeights:
+def _weights(rng, *, L=2, H=2, N=4, d=2, F=5, activation="gelu", qk_scale=1.0, readout=None,
+             variant="plain") -> AnalysisWeights:
     mats = []
     for l in range(L):
         for h in range(H):
@@ -41,7 +42,7 @@ def _weights(rng, *, L=2, H=2, N=4, d=2, F=5, activation="gelu", qk_scale=1.0, r
         mats.append(NamedMatrix(l, -1, "M_out", rng.standard_normal((F, N))))
     w = rng.standard_normal(N) if readout is None else readout
     return AnalysisWeights(matrices=ordered(mats), num_layers=L, num_heads=H, width=N, head_dim=d,
-                           ff_dim=F, activation=activation, readout=w)
+                           ff_dim=F, activation=activation, readout=w, variant=variant)
 
 
 def _inputs(rng, kind: str, n: int, T: int, N: int) -> np.ndarray:
@@ -97,12 +98,37 @@ def test_fast_enclosure_contains_mpmath_and_meets_arb(case):
         _check_sample(w, X[i], float(f[i]), fast.epsilon)
 
 
+@pytest.mark.parametrize("case", [0, 1, 2, 3, 4, 7, 10])
+def test_residual_variant_fast_enclosure_contains_mpmath_and_meets_arb(case):
+    # step 9 of the note: the identity paths carry the input error, the two sums round once more
+    activation, kind, qk_scale = CASES[case]
+    rng = np.random.default_rng(300 + case)
+    w = _weights(rng, activation=activation, qk_scale=qk_scale, variant="residual")
+    X = _inputs(rng, kind, 4, 3, w.width)
+    fast = prepare_rows(w, 3)
+    assert fast.net.residual
+    f = margins_of_rows(fast, X)
+    assert np.isfinite(f).all()
+    for i in range(len(f)):
+        _check_sample(w, X[i], float(f[i]), fast.epsilon)
+
+
+def test_residual_epsilon_exceeds_the_plain_one_on_the_same_weights():
+    # the identity path adds error terms: a residual budget at most the plain one would be suspect
+    rng = np.random.default_rng(7)
+    plain = _weights(rng, variant="plain")
+    res = AnalysisWeights(matrices=plain.matrices, num_layers=2, num_heads=2, width=plain.width, head_dim=2,
+                          ff_dim=5, activation="gelu", readout=plain.readout, variant="residual")
+    assert prepare_rows(res, 3).epsilon > prepare_rows(plain, 3).epsilon
+
+
 @given(seed=st.integers(0, 2**32 - 1), activation=st.sampled_from(["gelu", "relu"]),
        kind=st.sampled_from(["random", "near_tie", "duplicate", "unit_norm", "tiny_rows"]),
-       qk_scale=st.sampled_from([1e-160, 1e-3, 1.0, 5.0, 30.0]), T=st.integers(1, 4), L=st.integers(1, 2))
-def test_property_fast_enclosure_meets_the_arb_ball(seed, activation, kind, qk_scale, T, L):
+       qk_scale=st.sampled_from([1e-160, 1e-3, 1.0, 5.0, 30.0]), T=st.integers(1, 4), L=st.integers(1, 2),
+       variant=st.sampled_from(["plain", "residual"]))
+def test_property_fast_enclosure_meets_the_arb_ball(seed, activation, kind, qk_scale, T, L, variant):
     rng = np.random.default_rng(seed)
-    w = _weights(rng, L=L, activation=activation, qk_scale=qk_scale)
+    w = _weights(rng, L=L, activation=activation, qk_scale=qk_scale, variant=variant)
     X = _inputs(rng, kind, 2, max(T, 2) if kind in ("near_tie", "duplicate") else T, w.width)
     fast = prepare_rows(w, X.shape[1])
     f = margins_of_rows(fast, X)

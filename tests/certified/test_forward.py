@@ -97,7 +97,9 @@ def mp_softmax_rows(S):
 
 
 def mp_forward(weights: AnalysisWeights, X0) -> mpmath.mpf:
-    """f(Pi(X0)) in 40-digit arithmetic; X0 is an mpmath matrix of the exact input rows."""
+    """f(Pi(X0)) in 40-digit arithmetic; X0 is an mpmath matrix of the exact input rows.  The
+    residual variant (``weights.variant == "residual"``): Y = Pi(X + Att(X)), X' = Pi(Y + F(Y))."""
+    residual = getattr(weights, "variant", "plain") == "residual"
     X = mp_project(X0)
     for l in range(weights.num_layers):
         att = mpmath.zeros(X.rows, X.cols)
@@ -107,10 +109,11 @@ def mp_forward(weights: AnalysisWeights, X0) -> mpmath.mpf:
             A = mp_mat(qk.left) * mp_mat(qk.right)  # exact product of the factors (to 40 digits)
             V = mp_mat(vt.left) * mp_mat(vt.right)
             att += mp_softmax_rows(X * A * X.T) * X * V
-        Y = mp_project(att)
+        Y = mp_project(X + att if residual else att)
         U = Y * mp_mat(weights.get(l, "M_in").left)
         U = U.apply(lambda t: mp_phi(weights.activation, t))
-        X = mp_project(U * mp_mat(weights.get(l, "M_out").left))
+        Z = U * mp_mat(weights.get(l, "M_out").left)
+        X = mp_project(Y + Z if residual else Z)
     w = weights.readout
     return sum(X[0, j] * mpmath.mpf(float(w[j])) for j in range(X.cols))
 
