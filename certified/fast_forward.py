@@ -1,7 +1,7 @@
 """Certified forward pass at float speed: a fixed binary64 program plus one proven error bound.
 
-:func:`fast_margins` runs the analysis model (plain or residual variant, GELU or ReLU) over a whole batch in
-numpy binary64, with exp and Phi from :mod:`specbound.certified.elementary` (proven, no libm).
+:func:`fast_margins` runs the analysis model (plain, residual or causal variant, GELU or ReLU) over
+a whole batch in numpy binary64, with exp and Phi from :mod:`specbound.certified.elementary` (proven, no libm).
 :meth:`FastForward.epsilon` is an exact point ``eps`` computed once per (model, input kind,
 sequence length) in Arb such that ``|f_hat(X) - f(X)| <= eps`` for every admissible input
 (proofs_notes/fast_forward.md).  Floats never enter ``eps``; they only compute ``f_hat``.
@@ -51,7 +51,7 @@ exp(t^2/2)); larger models use the Arb pass."""
 
 ACTIVATIONS = ("gelu", "relu")
 
-FAST_VARIANTS = ("plain", "residual")
+FAST_VARIANTS = ("plain", "residual", "causal")
 """Model variants the fast program and its error bound cover (proofs_notes/fast_forward.md)."""
 """Activations with a proven float routine (the others use the Arb pass)."""
 
@@ -96,6 +96,7 @@ class FastNetwork:
     head_dims: tuple[int, ...]  # per layer: (query/key dim, value dim)
     width: int
     residual: bool = False  # the residual variant (R): Y = Pi(X + Att(X)), X' = Pi(Y + F(Y)) (step 9)
+    causal: bool = False  # the causal variant: token t attends to s <= t, read-out at the last token (step 10)
 
     @property
     def num_layers(self) -> int:
@@ -138,7 +139,7 @@ class FastNetwork:
         if not all(np.isfinite(a).all() for a in arrays):
             raise LayoutError("weights contain NaN or Inf")
         return cls(tuple(wq), tuple(wk), tuple(wv), tuple(wo), tuple(mi), tuple(mo), w,
-                   weights.activation, H, tuple(dims), N, variant == "residual")
+                   weights.activation, H, tuple(dims), N, variant == "residual", variant == "causal")
 
 
 # --------------------------------------------------------------------------- the float program
@@ -149,6 +150,14 @@ def project_rows_float(a: np.ndarray) -> np.ndarray:
     nu = np.sqrt(np.einsum("...i,...i->...", a, a))
     np.maximum(nu, 1.0, out=nu)
     return a / nu[..., None]
+
+
+@lru_cache(maxsize=64)
+def _causal_mask(T: int, Tq: int) -> np.ndarray:
+    """0/1 float mask (Tq, T) of the causal variant for the last ``Tq`` query positions of ``T``:
+    query ``t`` keeps keys ``s <= t``."""
+    t = np.arange(T - Tq, T)[:, None]
+    return (np.arange(T)[None, :] <= t).astype(np.float64)
 
 
 def _attention(net: FastNetwork, l: int, x: np.ndarray, queries: np.ndarray) -> np.ndarray:
@@ -163,8 +172,16 @@ def _attention(net: FastNetwork, l: int, x: np.ndarray, queries: np.ndarray) -> 
     k = (x2 @ net.wk[l]).reshape(B, T, H, dq).transpose(0, 2, 3, 1)
     v = (x2 @ net.wv[l]).reshape(B, T, H, dv).transpose(0, 2, 1, 3)
     s = q @ k  # (B, H, Tq, T)
-    s -= s.max(axis=-1, keepdims=True)  # exact max; the subtraction rounds (step 5.3)
+    keep = _causal_mask(T, Tq) if net.causal else None
+    if keep is not None:
+        # step 10: the maximum over the kept keys only (each row keeps its own key)
+        s -= np.where(keep, s, -np.inf).max(axis=-1, keepdims=True)
+        np.minimum(s, 0.0, out=s)  # masked entries may exceed the kept maximum; they are zeroed below
+    else:
+        s -= s.max(axis=-1, keepdims=True)  # exact max; the subtraction rounds (step 5.3)
     e = exp_nonpositive(s)
+    if keep is not None:
+        e *= keep  # exact: kept weights times 1, masked ones times 0
     e /= e.sum(axis=-1, keepdims=True)  # division, not a reciprocal (step 5.5)
     heads = (e @ v).transpose(0, 2, 1, 3).reshape(B * Tq, H * dv)
     return (heads @ net.wo[l]).reshape(B, Tq, N)  # one dot of length H dv (step 5.8)
@@ -177,7 +194,8 @@ def fast_margins(net: FastNetwork, x0: np.ndarray, phi_plan: tuple[tuple[tuple[f
     x = x0
     L = net.num_layers
     for l in range(L):
-        queries = x[:, :1, :] if l == L - 1 else x  # row 0 of the last layer suffices
+        # the read-out row of the last layer suffices: row 0, or the last token of the causal variant
+        queries = (x[:, -1:, :] if net.causal else x[:, :1, :]) if l == L - 1 else x
         a = _attention(net, l, x, queries)
         if net.residual:
             a += queries  # step 9: fl(m + a), entrywise

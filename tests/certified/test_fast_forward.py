@@ -98,19 +98,37 @@ def test_fast_enclosure_contains_mpmath_and_meets_arb(case):
         _check_sample(w, X[i], float(f[i]), fast.epsilon)
 
 
+@pytest.mark.parametrize("variant", ["residual", "causal"])
 @pytest.mark.parametrize("case", [0, 1, 2, 3, 4, 7, 10])
-def test_residual_variant_fast_enclosure_contains_mpmath_and_meets_arb(case):
-    # step 9 of the note: the identity paths carry the input error, the two sums round once more
+def test_variant_fast_enclosure_contains_mpmath_and_meets_arb(case, variant):
+    # step 9 of the note: the identity paths carry the input error, the two sums round once more;
+    # step 10: masked keys get weight exactly 0, the read-out row is the last token
     activation, kind, qk_scale = CASES[case]
     rng = np.random.default_rng(300 + case)
-    w = _weights(rng, activation=activation, qk_scale=qk_scale, variant="residual")
+    w = _weights(rng, activation=activation, qk_scale=qk_scale, variant=variant)
     X = _inputs(rng, kind, 4, 3, w.width)
     fast = prepare_rows(w, 3)
-    assert fast.net.residual
+    assert fast.net.residual == (variant == "residual") and fast.net.causal == (variant == "causal")
     f = margins_of_rows(fast, X)
     assert np.isfinite(f).all()
     for i in range(len(f)):
         _check_sample(w, X[i], float(f[i]), fast.epsilon)
+
+
+def test_a_missing_causal_mask_would_be_caught():
+    # the containment check above can fail: the unmasked program on the same weights and inputs
+    # lands outside the causal model's 50-digit value +- eps
+    rng = np.random.default_rng(11)
+    causal = _weights(rng, variant="causal")
+    plain = AnalysisWeights(matrices=causal.matrices, num_layers=2, num_heads=2, width=causal.width,
+                            head_dim=2, ff_dim=5, activation="gelu", readout=causal.readout)
+    X = _inputs(rng, "random", 2, 3, causal.width)
+    wrong = prepare_rows(plain, 3)
+    f = margins_of_rows(wrong, X)
+    eps = prepare_rows(causal, 3).epsilon
+    with mpmath.workdps(DPS):
+        e = mpmath.mpf(eps.str(60, radius=False))
+        assert any(abs(mpmath.mpf(float(f[i])) - mp_forward(causal, mp_mat(X[i]))) > e for i in range(2))
 
 
 def test_residual_epsilon_exceeds_the_plain_one_on_the_same_weights():
@@ -125,7 +143,7 @@ def test_residual_epsilon_exceeds_the_plain_one_on_the_same_weights():
 @given(seed=st.integers(0, 2**32 - 1), activation=st.sampled_from(["gelu", "relu"]),
        kind=st.sampled_from(["random", "near_tie", "duplicate", "unit_norm", "tiny_rows"]),
        qk_scale=st.sampled_from([1e-160, 1e-3, 1.0, 5.0, 30.0]), T=st.integers(1, 4), L=st.integers(1, 2),
-       variant=st.sampled_from(["plain", "residual"]))
+       variant=st.sampled_from(["plain", "residual", "causal"]))
 def test_property_fast_enclosure_meets_the_arb_ball(seed, activation, kind, qk_scale, T, L, variant):
     rng = np.random.default_rng(seed)
     w = _weights(rng, L=L, activation=activation, qk_scale=qk_scale, variant=variant)

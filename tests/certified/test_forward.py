@@ -86,20 +86,24 @@ def mp_project(X):
     return out
 
 
-def mp_softmax_rows(S):
+def mp_softmax_rows(S, causal: bool = False):
+    """Row softmax; ``causal``: row i over columns j <= i only (the others get weight 0)."""
     out = S.copy()
     for i in range(S.rows):
-        e = [mpmath.exp(S[i, j]) for j in range(S.cols)]
-        tot = sum(e)
+        keep = range(i + 1) if causal else range(S.cols)
+        e = {j: mpmath.exp(S[i, j]) for j in keep}
+        tot = sum(e.values())
         for j in range(S.cols):
-            out[i, j] = e[j] / tot
+            out[i, j] = e[j] / tot if j in e else mpmath.mpf(0)
     return out
 
 
 def mp_forward(weights: AnalysisWeights, X0) -> mpmath.mpf:
     """f(Pi(X0)) in 40-digit arithmetic; X0 is an mpmath matrix of the exact input rows.  The
-    residual variant (``weights.variant == "residual"``): Y = Pi(X + Att(X)), X' = Pi(Y + F(Y))."""
+    residual variant (``weights.variant == "residual"``): Y = Pi(X + Att(X)), X' = Pi(Y + F(Y)); the
+    causal variant: token t attends to s <= t and the read-out is at the last token."""
     residual = getattr(weights, "variant", "plain") == "residual"
+    causal = getattr(weights, "variant", "plain") == "causal"
     X = mp_project(X0)
     for l in range(weights.num_layers):
         att = mpmath.zeros(X.rows, X.cols)
@@ -108,14 +112,15 @@ def mp_forward(weights: AnalysisWeights, X0) -> mpmath.mpf:
             vt = weights.get(l, "V_tilde", h)
             A = mp_mat(qk.left) * mp_mat(qk.right)  # exact product of the factors (to 40 digits)
             V = mp_mat(vt.left) * mp_mat(vt.right)
-            att += mp_softmax_rows(X * A * X.T) * X * V
+            att += mp_softmax_rows(X * A * X.T, causal) * X * V
         Y = mp_project(X + att if residual else att)
         U = Y * mp_mat(weights.get(l, "M_in").left)
         U = U.apply(lambda t: mp_phi(weights.activation, t))
         Z = U * mp_mat(weights.get(l, "M_out").left)
         X = mp_project(Y + Z if residual else Z)
     w = weights.readout
-    return sum(X[0, j] * mpmath.mpf(float(w[j])) for j in range(X.cols))
+    row = X.rows - 1 if causal else 0
+    return sum(X[row, j] * mpmath.mpf(float(w[j])) for j in range(X.cols))
 
 
 def np_forward(weights: AnalysisWeights, X0: np.ndarray) -> float:

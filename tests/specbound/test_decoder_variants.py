@@ -339,3 +339,33 @@ def test_assembled_ls_constants_match_the_hand_formulas(variant, tmp_path):
     # alpha_0 = L_1, alpha_1 = 1; the LS grid base 1 + 1/(6L)
     assert float(cb.alphas[0].mid()) == pytest.approx(float(cb.layer_lipschitz[1].mid()), rel=1e-12)
     assert cb.bases["beta_c"] == Fraction(13, 12)
+
+
+# -------------------------------------------------------------------- the fast pass on trained variants
+
+@pytest.mark.parametrize("name", ["causal", "residual"])
+def test_fast_and_arb_ramp_losses_of_a_trained_variant_agree(request, name):
+    # proofs_notes/fast_forward.md steps 9-10: the fast pass covers both variants; its certified
+    # ramp loss must meet the Arb pass's on the same samples, and its f_hat +- eps the Arb balls
+    from flint import arb
+
+    from specbound.certified.fast_forward import margins_of_tokens, prepare_tokens
+    from specbound.certified.forward_ls import network_for
+    from specbound.certified.ramp_loss import certified_ramp_loss
+    from specbound.empirical import task_record, task_sample
+    from specbound.vocabulary import FORWARD_ARB, FORWARD_FAST
+
+    _, path = request.getfixturevalue(name)
+    weights = load_weights(path)
+    data = task_sample(task_record(weights, path), 40, 9)
+    fast = certified_ramp_loss(weights, data, 1.0, forward=FORWARD_FAST)
+    slow = certified_ramp_loss(weights, data, 1.0, forward=FORWARD_ARB)
+    assert fast.forward == FORWARD_FAST and fast.epsilon > 0
+    assert fast.lower <= slow.upper and slow.lower <= fast.upper
+    E, P = weights.extra["embedding.E"], weights.extra.get("embedding.P")
+    ff, table = prepare_tokens(weights, E, P, data.tokens)
+    f = margins_of_tokens(ff, table, data.tokens)
+    net = network_for(weights)
+    for i in range(5):
+        ball = certified_forward(net, embedded_input_ball(data.tokens[i], E, P))
+        assert ball.lower() <= arb(float(f[i])) + ff.epsilon and arb(float(f[i])) - ff.epsilon <= ball.upper()
