@@ -11,11 +11,12 @@ gpt2-xl (``n_layer`` set to ``--layers``), one safetensors shard per layer and
 the GPT-2 adapter reads only ``attn.c_attn``, ``attn.c_proj``, ``mlp.c_fc`` and ``mlp.c_proj``.  The
 folder is deleted at the end (also on failure).
 
-Then, for each ``--workers`` count, a fresh local cluster runs ``spectra`` and ``certify --n 1000000``
+Then, for each ``--workers`` count, a fresh local cluster runs ``spectra`` (unless ``--no-spectra``)
+and ``certify --n 1000000``
 (no empirical term for GPT-2: the certified complexity + confidence part) through
 :mod:`specbound.engine`; reported: wall seconds, speed-up against the first count, the workers' CPU
 seconds and each worker's peak RSS (``getrusage``), the client's peak RSS.  The certificates of the
-runs are compared (they must be identical).  ``--tasks`` also times one task of each kind (one
+runs are compared (they must be identical; with ``--in-process`` also with a run without a cluster).  ``--tasks`` also times one task of each kind (one
 V_tilde head group, one QK head group, one M_in, one M_out of layer 0) in a fresh process each: CPU
 seconds and peak RSS, which is what docs/scaling.md extrapolates from.
 
@@ -91,13 +92,22 @@ def write_checkpoint(folder: Path, layers: int) -> Path:
     return folder
 
 
+def _warm() -> bool:
+    """Import what the tasks import (so that a worker's start-up is not timed as work)."""
+    import specbound.certified.gram_enclosure  # noqa: F401
+    import specbound.checkpoint  # noqa: F401
+    import specbound.numeric.spectra  # noqa: F401
+
+    return True
+
+
 def _worker_usage() -> dict:
     """(peak RSS MB, CPU seconds) of the process it runs in."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return {"peak_rss_mb": ru.ru_maxrss / 1024, "cpu_s": ru.ru_utime + ru.ru_stime}
 
 
-def run_engine(ckpt: Path, workers: int) -> dict:
+def run_engine(ckpt: Path, workers: int, spectra: bool = True) -> dict:
     """spectra and certify through a fresh local cluster of ``workers``."""
     from specbound.certified.certificate import to_json
     from specbound.checkpoint import load_layers
@@ -106,18 +116,21 @@ def run_engine(ckpt: Path, workers: int) -> dict:
 
     out: dict = {"workers": workers}
     with open_engine(workers=workers) as engine:
+        engine.client.run(_warm)
         before = engine.client.run(_worker_usage)
         t = time.perf_counter()
-        weights = load_layers(ckpt, (), view="analysis")
-        source = source_of(ckpt, num_heads=None, view="analysis", sha256=weights.sha256)
-        spectra_of(engine, source, weights)
-        out["spectra_wall_s"] = time.perf_counter() - t
+        if spectra:
+            weights = load_layers(ckpt, (), view="analysis")
+            source = source_of(ckpt, num_heads=None, view="analysis", sha256=weights.sha256)
+            spectra_of(engine, source, weights)
+            out["spectra_wall_s"] = time.perf_counter() - t
         mid = engine.client.run(_worker_usage)
         t = time.perf_counter()
         result = certify(ckpt, n=10**6, engine=engine)
         out["certify_wall_s"] = time.perf_counter() - t
         after = engine.client.run(_worker_usage)
-    out["spectra_worker_cpu_s"] = sum(mid[w]["cpu_s"] - before[w]["cpu_s"] for w in mid)
+    if spectra:
+        out["spectra_worker_cpu_s"] = sum(mid[w]["cpu_s"] - before[w]["cpu_s"] for w in mid)
     out["certify_worker_cpu_s"] = sum(after[w]["cpu_s"] - mid[w]["cpu_s"] for w in after)
     out["worker_peak_rss_mb"] = sorted(round(u["peak_rss_mb"]) for u in after.values())
     out["client_peak_rss_mb"] = round(_worker_usage()["peak_rss_mb"])
@@ -125,6 +138,21 @@ def run_engine(ckpt: Path, workers: int) -> dict:
     out["partial_upper"] = cert["result"]["partial_upper"]
     out["certificate"] = json.dumps(cert, sort_keys=True)
     return out
+
+
+def run_in_process(ckpt: Path) -> dict:
+    """``specbound certify CKPT --n 1000000 --json`` in process (no cluster), in a fresh interpreter:
+    wall, CPU seconds and peak RSS of that process, and its certificate."""
+    t = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "specbound", "certify", str(ckpt), "--n", "1000000", "--json"],
+                            stdout=subprocess.PIPE, text=True)
+    out = proc.stdout.read()
+    _, status, ru = os.wait4(proc.pid, 0)
+    if status != 0:
+        raise RuntimeError(f"in-process certify failed (status {status})")
+    cert = json.loads(out)
+    return {"certify_wall_s": time.perf_counter() - t, "cpu_s": ru.ru_utime + ru.ru_stime,
+            "peak_rss_mb": round(ru.ru_maxrss / 1024), "certificate": json.dumps(cert, sort_keys=True)}
 
 
 TASK_SCRIPT = """
@@ -161,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=LAYERS, help=f"layers of GPT-2-XL to write (default {LAYERS})")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="cluster sizes (default 1 2)")
     parser.add_argument("--tasks", action="store_true", help="also time one task of each kind")
+    parser.add_argument("--in-process", action="store_true",
+                        help="also run certify in process (no cluster; all weights in one process) for comparison")
+    parser.add_argument("--no-spectra", action="store_true", help="certify only (spectra's float SVDs of the "
+                        "dense head products cost more than the certified enclosures)")
     parser.add_argument("--json", default=None, metavar="FILE", help="write the figures as JSON")
     parser.add_argument("--dir", default=None, help="where to write the checkpoint (default: a temp dir)")
     parser.add_argument("--shape", default=None, metavar="N,H,FF",
@@ -185,19 +217,28 @@ def main(argv: list[str] | None = None) -> int:
             report["tasks"] = task_costs(ckpt)
         runs = []
         for w in args.workers:
-            r = run_engine(ckpt, w)
+            r = run_engine(ckpt, w, spectra=not args.no_spectra)
             runs.append(r)
-            print(f"  {w} worker(s): spectra {r['spectra_wall_s']:.1f} s wall ({r['spectra_worker_cpu_s']:.1f} CPU s), "
-                  f"certify {r['certify_wall_s']:.1f} s wall ({r['certify_worker_cpu_s']:.1f} CPU s), "
+            spectra = ("" if args.no_spectra else f"spectra {r['spectra_wall_s']:.1f} s wall "
+                       f"({r['spectra_worker_cpu_s']:.1f} CPU s), ")
+            print(f"  {w} worker(s): {spectra}certify {r['certify_wall_s']:.1f} s wall ({r['certify_worker_cpu_s']:.1f} CPU s), "
                   f"worker peak RSS {r['worker_peak_rss_mb']} MB, client {r['client_peak_rss_mb']} MB", flush=True)
+        if args.in_process:
+            ip = run_in_process(ckpt)
+            ip["identical_certificate"] = ip.pop("certificate") == runs[0]["certificate"]
+            report["in_process"] = ip
+            print(f"  in process: certify {ip['certify_wall_s']:.1f} s wall ({ip['cpu_s']:.1f} CPU s), peak RSS "
+                  f"{ip['peak_rss_mb']} MB, identical certificate: {ip['identical_certificate']}", flush=True)
         base = runs[0]
         for r in runs:
-            r["spectra_speedup"] = base["spectra_wall_s"] / r["spectra_wall_s"]
+            if not args.no_spectra:
+                r["spectra_speedup"] = base["spectra_wall_s"] / r["spectra_wall_s"]
             r["certify_speedup"] = base["certify_wall_s"] / r["certify_wall_s"]
             r["identical_certificate"] = r.pop("certificate") == base.get("certificate", None) if r is not base else True
         base.pop("certificate", None)
         for r in runs:
-            print(f"  {r['workers']} worker(s): speed-up spectra {r['spectra_speedup']:.2f}x, certify "
+            spectra = "" if args.no_spectra else f"spectra {r['spectra_speedup']:.2f}x, "
+            print(f"  {r['workers']} worker(s): speed-up {spectra}certify "
                   f"{r['certify_speedup']:.2f}x, identical certificate: {r['identical_certificate']}", flush=True)
         report["runs"] = runs
     finally:

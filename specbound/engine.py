@@ -161,7 +161,7 @@ def open_engine(workers: int | None = None, scheduler: str | None = None) -> Ite
     try:
         if workers is not None:
             cluster = distributed.LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True,
-                                               dashboard_address=None, silence_logs=logging.ERROR)
+                                               dashboard_address=":0", silence_logs=logging.ERROR)
             client = distributed.Client(cluster)
             name = f"local cluster of {workers} worker{'s' if workers > 1 else ''}"
         else:
@@ -224,13 +224,18 @@ def _weights(source: Source, layer: int | None):
     return _CACHE[key]
 
 
-def enclose_task(source: Source, layer: int, indices: tuple[int, ...]) -> list[dict]:
-    """Certified enclosures of the matrices ``indices`` (all of ``layer``), as exact wire records."""
+def enclose_task(source: Source, layer: int, indices: tuple[int, ...]) -> tuple[list[dict], list[tuple]]:
+    """Certified enclosures of the matrices ``indices`` (all of ``layer``), as exact wire records,
+    and for each matrix whether its left and right factors are exactly zero (right: None if dense)."""
+    import numpy as np
+
     from .certified.gram_enclosure import enclose_matrices
     from .certified.serialisation import enclosure_to_wire
 
     weights = _weights(source, layer)
-    return [enclosure_to_wire(e) for e in enclose_matrices([weights.matrices[j] for j in indices])]
+    mats = [weights.matrices[j] for j in indices]
+    zero = [(not np.any(m.left), None if m.right is None else not np.any(m.right)) for m in mats]
+    return [enclosure_to_wire(e) for e in enclose_matrices(mats)], zero
 
 
 def spectra_task(source: Source, layer: int, indices: tuple[int, ...], dtype: str) -> tuple:
@@ -262,18 +267,31 @@ def tasks_of(weights) -> list[tuple[int, tuple[int, ...]]]:
     return [(layer, tuple(idx)) for (layer, _), idx in groups.items()]
 
 
-def enclose_on(engine, source: Source, weights, progress=None) -> list:
-    """Enclosures of every matrix of ``weights`` (canonical order), computed by ``engine``'s tasks."""
+def enclose_on(engine, source: Source, weights, progress=None) -> tuple[list, Any]:
+    """(enclosures of every matrix of ``weights`` in canonical order, ``weights`` with its
+    placeholders marking which factors are exactly zero), computed by ``engine``'s tasks.
+
+    ``weights`` is the structure (:func:`specbound.checkpoint.load_layers` with no layer); the float
+    planner reads from matrix values only whether a factor is exactly zero, which the marked
+    placeholders (:func:`specbound.adapters.helpers.placeholder`) answer as the real factors would."""
+    from dataclasses import replace
+
+    from .adapters.helpers import is_placeholder, placeholder
     from .certified.serialisation import enclosure_from_wire
 
     tasks = tasks_of(weights)
     parts = engine.map(enclose_task, [(source, layer, idx) for layer, idx in tasks],
                        weights=[len(idx) for _, idx in tasks], progress=progress)
     out: list = [None] * len(weights.matrices)
-    for (_, idx), wires in zip(tasks, parts):
-        for j, w in zip(idx, wires):
+    mats = list(weights.matrices)
+    for (_, idx), (wires, zero) in zip(tasks, parts):
+        for j, w, (left_zero, right_zero) in zip(idx, wires, zero):
             out[j] = enclosure_from_wire(w)
-    return out
+            m = mats[j]
+            if is_placeholder(m.left):
+                right = None if m.right is None else placeholder(m.right.shape, 0.0 if right_zero else 1.0)
+                mats[j] = replace(m, left=placeholder(m.left.shape, 0.0 if left_zero else 1.0), right=right)
+    return out, replace(weights, matrices=tuple(mats))
 
 
 def spectra_of(engine, source: Source, weights, dtype: str = "float64", progress=None):

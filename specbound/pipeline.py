@@ -190,7 +190,7 @@ def certify(
         if distributed:
             from specbound.engine import enclose_on
 
-            encs = enclose_on(engine, task_source, weights, progress=bar)
+            encs, weights = enclose_on(engine, task_source, weights, progress=bar)
         else:
             encs = enclose_all(weights, progress=bar)
     clock["enclose"] = time.perf_counter() - t1

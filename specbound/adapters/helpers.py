@@ -189,10 +189,12 @@ class Reads:
         return array
 
 
-def placeholder(shape: tuple[int, ...]) -> np.ndarray:
-    """A read-only all-zero array of ``shape`` that takes no memory (every stride 0): it stands for a
-    tensor that a partial build (:func:`specbound.checkpoint.load_layers`) does not read."""
-    return np.broadcast_to(np.zeros((), dtype=np.float64), tuple(int(s) for s in shape))
+def placeholder(shape: tuple[int, ...], value: float = 0.0) -> np.ndarray:
+    """A read-only constant array of ``shape`` that takes no memory (every stride 0): it stands for a
+    tensor that a partial build (:func:`specbound.checkpoint.load_layers`) does not read.  Its
+    entries are not the tensor's; ``value`` only records, where known, whether the tensor is
+    exactly zero (0) or not (1), the one fact float planning reads from values."""
+    return np.broadcast_to(np.full((), value, dtype=np.float64), tuple(int(s) for s in shape))
 
 
 def is_placeholder(a) -> bool:
