@@ -134,6 +134,7 @@ def run_engine(ckpt: Path, workers: int, spectra: bool = True) -> dict:
     out["certify_worker_cpu_s"] = sum(after[w]["cpu_s"] - mid[w]["cpu_s"] for w in after)
     out["worker_peak_rss_mb"] = sorted(round(u["peak_rss_mb"]) for u in after.values())
     out["client_peak_rss_mb"] = round(_worker_usage()["peak_rss_mb"])
+    out["certify_steps_s"] = {k: round(v, 2) for k, v in result.seconds.items()}  # client-side clock
     cert = to_json(result)
     out["partial_upper"] = cert["result"]["partial_upper"]
     out["certificate"] = json.dumps(cert, sort_keys=True)
