@@ -15,7 +15,7 @@ Then, for each ``--workers`` count, a fresh local cluster runs ``spectra`` (unle
 and ``certify --n 1000000``
 (no empirical term for GPT-2: the certified complexity + confidence part) through
 :mod:`specbound.engine`; reported: wall seconds, speed-up against the first count, the workers' CPU
-seconds and each worker's peak RSS (``getrusage``), the client's peak RSS.  The certificates of the
+seconds and each worker's peak RSS (``VmHWM``), the client's peak RSS.  The certificates of the
 runs are compared (they must be identical; with ``--in-process`` also with a run without a cluster).  ``--tasks`` also times one task of each kind (one
 V_tilde head group, one QK head group, one M_in, one M_out of layer 0) in a fresh process each: CPU
 seconds and peak RSS, which is what docs/scaling.md extrapolates from.
@@ -101,10 +101,22 @@ def _warm() -> bool:
     return True
 
 
+def _peak_rss_mb() -> float:
+    """Peak resident memory of this process's own address space (Linux ``VmHWM``; ``ru_maxrss``
+    would also count the parent's peak, which a spawned worker inherits across fork and exec)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _worker_usage() -> dict:
     """(peak RSS MB, CPU seconds) of the process it runs in."""
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    return {"peak_rss_mb": ru.ru_maxrss / 1024, "cpu_s": ru.ru_utime + ru.ru_stime}
+    return {"peak_rss_mb": _peak_rss_mb(), "cpu_s": ru.ru_utime + ru.ru_stime}
 
 
 def run_engine(ckpt: Path, workers: int, spectra: bool = True) -> dict:
@@ -169,7 +181,8 @@ enclose_task(Source(ckpt, None, "analysis", w.sha256), layer, idx)
 r1 = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"kind": kind, "matrices": len(idx), "wall_s": time.perf_counter() - t,
                   "cpu_s": r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime,
-                  "peak_rss_mb": r1.ru_maxrss / 1024}))
+                  "peak_rss_mb": [int(l.split()[1]) / 1024 for l in open("/proc/self/status")
+                                  if l.startswith("VmHWM:")][0]}))
 """
 
 

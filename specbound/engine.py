@@ -212,16 +212,19 @@ _CACHE: dict = {}
 def _weights(source: Source, layer: int | None):
     """The weights of ``source`` with ``layer`` built (None: every layer), cached for the next task."""
     key = (source, layer)
-    if key not in _CACHE:
+    weights = _CACHE.get(key)
+    if weights is None:
         _CACHE.clear()  # release the previous layer before reading the next
         from .checkpoint import load_layers, load_weights
 
         if layer is None:
-            _CACHE[key] = load_weights(source.checkpoint, num_heads=source.num_heads, view=source.view)
+            weights = load_weights(source.checkpoint, num_heads=source.num_heads, view=source.view)
         else:
-            _CACHE[key] = load_layers(source.checkpoint, (layer,), num_heads=source.num_heads,
-                                      view=source.view, sha256=source.sha256)
-    return _CACHE[key]
+            weights = load_layers(source.checkpoint, (layer,), num_heads=source.num_heads,
+                                  view=source.view, sha256=source.sha256)
+        _CACHE.clear()  # (a worker with several threads: keep one entry)
+        _CACHE[key] = weights
+    return weights
 
 
 def enclose_task(source: Source, layer: int, indices: tuple[int, ...]) -> tuple[list[dict], list[tuple]]:

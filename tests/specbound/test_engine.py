@@ -201,3 +201,11 @@ def test_cluster_spectra_and_proxies_are_identical(capsys, cluster, tmp_path, co
     monkeypatch.setattr(engine_module, "engine_of_args", reuse)
     assert main([command, path, "--json", "--workers", "2"]) == 0
     assert capsys.readouterr().out == here
+
+
+def test_api_spectra_and_proxies_on_the_cluster(cluster, tmp_path):
+    import specbound
+
+    path = str(gpt2_folder(tmp_path / "g"))
+    assert specbound.spectra(path, engine=cluster).to_dict(values=True) == specbound.spectra(path).to_dict(values=True)
+    assert specbound.proxies(path, engine=cluster).to_dict() == specbound.proxies(path).to_dict()
