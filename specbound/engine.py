@@ -168,15 +168,30 @@ def open_engine(workers: int | None = None, scheduler: str | None = None) -> Ite
             client = distributed.Client(scheduler, timeout=30)
             name = f"cluster at {scheduler}"
     except (OSError, TimeoutError, ValueError) as exc:
-        if cluster is not None:
-            cluster.close()
+        _close_started(cluster, workers is not None)
         where = f"the scheduler at {scheduler}" if scheduler else "a local cluster"
         raise SpecboundError(f"cannot start {where}: {one_line(exc)}") from None
+    except BaseException:  # Ctrl-C or SIGTERM while the cluster starts: stop what started, quietly
+        _close_started(cluster, workers is not None)
+        raise
     engine = DaskEngine(client, cluster, name)
     try:
         yield engine
     finally:
         engine.close()
+
+
+def _close_started(cluster, local: bool) -> None:
+    """Close ``cluster``, or (``local``: this call was starting one) the local clusters a constructor
+    interrupted half-way left behind."""
+    from distributed.deploy.spec import SpecCluster
+
+    started = list(getattr(SpecCluster, "_instances", ())) if local else []
+    for c in ([cluster] if cluster is not None else []) + started:
+        try:
+            c.close()
+        except Exception:  # noqa: BLE001 - already closing; nothing more to do
+            pass
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:

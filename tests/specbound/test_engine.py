@@ -209,3 +209,36 @@ def test_api_spectra_and_proxies_on_the_cluster(cluster, tmp_path):
     path = str(gpt2_folder(tmp_path / "g"))
     assert specbound.spectra(path, engine=cluster).to_dict(values=True) == specbound.spectra(path).to_dict(values=True)
     assert specbound.proxies(path, engine=cluster).to_dict() == specbound.proxies(path).to_dict()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, rc, line", [(15, 143, "specbound: terminated"), (2, 130, "specbound: interrupted")])
+def test_signals_leave_no_cluster_worker_behind(sig, rc, line):
+    import subprocess
+    import sys
+    import time
+
+    from .test_bad_input_cli import _alive, _children
+
+    proc = subprocess.Popen([sys.executable, "-m", "specbound", "certify", "--samples", "400", "--forward", "arb",
+                             "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        kids: set[int] = set()
+        while time.monotonic() < deadline and len(kids) < 3 and proc.poll() is None:
+            kids = set(_children(proc.pid))
+            time.sleep(0.2)
+        if len(kids) < 3:
+            pytest.skip("the local cluster did not start here")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(_alive(k) for k in kids):
+        time.sleep(0.1)
+    assert not any(_alive(k) for k in kids), "a cluster process outlived the command"
+    assert proc.returncode == rc
+    assert err.decode().strip().splitlines() == [line]
