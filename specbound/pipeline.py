@@ -156,8 +156,9 @@ def certify(
     BoundSettings) replaces n/delta/margin/empirical/readout.  ``forward`` is the certified forward
     pass of the empirical term: "fast" (default, proofs_notes/fast_forward.md) or "arb".
     ``engine`` (:func:`specbound.engine.open_engine`; None: in process) runs the enclosures and the
-    Arb forward passes as tasks on a cluster; the client never builds the weights then, and the
-    certificate is the same.
+    Arb forward passes as tasks on a cluster; the client then builds the structure only (and the
+    weights themselves only when a certified forward pass needs them), and the certificate is the
+    same.
     """
     clock = {}
     notes = {}
