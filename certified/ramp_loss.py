@@ -147,6 +147,20 @@ class _Partial:
     max_radius: float
 
 
+MapBlocks = Callable[[list, arb, int], list]
+"""An engine's runner of Arb blocks: ``(chunks of sample indices, rho, prec) -> [_Partial per chunk]``."""
+
+ENGINE_CHUNKS = 64
+"""Chunks the samples of an Arb pass are cut into when an engine runs them (balance and progress)."""
+
+
+def _merged(parts: list[_Partial]) -> _Partial:
+    """One partial of several (exact sums, counts added, largest radius)."""
+    return _Partial(sum((p.upper for p in parts), Fraction(0)), sum((p.lower for p in parts), Fraction(0)),
+                    sum(p.count for p in parts), sum(p.undecided for p in parts),
+                    sum(p.errors01 for p in parts), max((p.max_radius for p in parts), default=0.0))
+
+
 def _inputs_of(data: DataSet, weights: AnalysisWeights, embedding) -> Callable[[int], arb_mat]:
     if data.inputs is not None:
         if data.inputs.shape[2] != weights.width:
@@ -219,6 +233,7 @@ def certified_ramp_loss(
     progress: Callable[[int], None] | None = None,
     forward: str = FORWARD_FAST,
     fast: FastPass | None = None,
+    map_blocks: MapBlocks | None = None,
 ) -> RampLossCertificate:
     """Certified enclosure of the empirical ramp loss of ``weights`` on ``data`` at margin ``rho``.
 
@@ -232,6 +247,10 @@ def certified_ramp_loss(
     "arb" for models it does not cover) or "arb" (every sample in Arb ball arithmetic; ``prec`` and
     ``workers`` apply to it and to the samples the fast pass redoes).  ``fast``: the
     :func:`fast_pass` of exactly these ``weights`` and ``data``, when the caller already has it.
+    ``map_blocks`` (an execution engine's, e.g. :func:`specbound.engine.ramp_blocks`) replaces the
+    local worker processes: it is called as ``map_blocks(chunks, rho_ball, prec)`` with lists of
+    sample indices and must return :func:`_block_of`'s partial sums of each chunk, in order (the sums
+    are exact, so the result is the same however the samples are split).
 
     Guarantee: ``result.lower <= (1/n) sum_i l_rho(y_i f(X_i)) <= result.upper`` for the exact real
     network and inputs ``X_i = Pi(rows_i)``.
@@ -241,13 +260,18 @@ def certified_ramp_loss(
         raise SpecboundError(f"forward pass must be one of {FORWARD_METHODS}, got {forward!r}")
     r = _margin_ball(rho)
     _inputs_of(data, weights, embedding)  # validate before any work (and before forking)
+    if embedding is not None:
+        map_blocks = None  # an engine's tasks embed with the model's own fixed embedding only
     n = int(data.labels.shape[0])
     if forward == FORWARD_FAST and n > 0:
         try:
-            return _fast_ramp_loss(weights, data, r, embedding, prec, progress, began, fast)
+            return _fast_ramp_loss(weights, data, r, embedding, prec, progress, began, fast, map_blocks)
         except NotApplicable:
             pass  # a model or input the fast pass does not cover: every sample in Arb
-    if workers <= 1 or n < 2:
+    if map_blocks is not None and n > 0:
+        size = max(1, -(-n // ENGINE_CHUNKS))
+        parts = map_blocks([list(range(a, min(n, a + size))) for a in range(0, n, size)], r, prec)
+    elif workers <= 1 or n < 2:
         parts = [_block(weights, data, r, embedding, prec, 0, n)]
         if progress is not None:
             progress(n)
@@ -330,9 +354,10 @@ def fast_pass(weights: AnalysisWeights, data: DataSet, embedding=None) -> FastPa
 
 
 def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began,
-                    done: FastPass | None = None) -> RampLossCertificate:
+                    done: FastPass | None = None, map_blocks=None) -> RampLossCertificate:
     """certified_ramp_loss by the fast pass (proofs_notes/fast_forward.md step 8); ``done``: the pass
-    already computed for exactly these weights and data (else it is computed here)."""
+    already computed for exactly these weights and data (else it is computed here); ``map_blocks``:
+    an engine's runner for the samples redone in Arb."""
     n = int(data.labels.shape[0])
     fast = done if done is not None else fast_pass(weights, data, embedding)
     f = fast.f
@@ -356,8 +381,13 @@ def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began,
         if mid.any() and not (arb(float(g[mid].min())) - eps > 0 and arb(float(g[mid].max())) + eps < r):
             redo, mid = redo | mid, np.zeros_like(mid)
     redo_idx = np.flatnonzero(redo).tolist()
-    arb_part = _block_of(weights, data, r, embedding, prec, redo_idx) if redo_idx else _Partial(
-        Fraction(0), Fraction(0), 0, 0, 0, 0.0)
+    if redo_idx and map_blocks is not None:
+        size = max(1, -(-len(redo_idx) // ENGINE_CHUNKS))
+        arb_part = _merged(map_blocks([redo_idx[a:a + size] for a in range(0, len(redo_idx), size)], r, prec))
+    elif redo_idx:
+        arb_part = _block_of(weights, data, r, embedding, prec, redo_idx)
+    else:
+        arb_part = _Partial(Fraction(0), Fraction(0), 0, 0, 0, 0.0)
     m, ones = int(mid.sum()), int(one.sum())
     S = exact_float_sum(g[mid])
     with ctx.workprec(max(prec, 128)):

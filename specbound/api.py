@@ -101,18 +101,34 @@ def spectra(
     device: str = "cpu",
     dtype: str = "float64",
     view: str = "analysis",
+    engine: Any = None,
 ) -> SpectraResult:
     """Singular values of every covered matrix of ``model`` (in ``view``), as ``specbound spectra``
-    computes."""
+    computes; ``engine`` (:func:`specbound.engine.open_engine`) runs them as cluster tasks."""
     from .commands.proxies import device_of
     from .numeric.spectra import norm_summaries, spectra_on
 
     if dtype not in ("float64", "float32"):
         raise SpecboundError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
     dev = device_of(device)
-    weights = load_weights(model, num_heads=num_heads, view=view)
-    values = spectra_on(weights, dtype=dtype, device=dev)
+    if engine is not None and engine.distributed:
+        weights, values = _on_engine(engine, model, num_heads, view, dtype, dev)
+    else:
+        weights = load_weights(model, num_heads=num_heads, view=view)
+        values = spectra_on(weights, dtype=dtype, device=dev)
     return SpectraResult(_label(model), dtype, weights, values, tuple(norm_summaries(values)))
+
+
+def _on_engine(engine, model, num_heads, view: str, dtype: str, device):
+    """(structure-only weights, spectra computed by ``engine``'s tasks) of a checkpoint on disk."""
+    from .checkpoint import load_layers
+    from .engine import source_of, spectra_of
+
+    if device != "cpu":
+        raise SpecboundError("an engine computes on the workers' CPUs: use device='cpu'")
+    weights = load_layers(_source(model), (), num_heads=num_heads, view=view)
+    source = source_of(model, num_heads=num_heads, view=view, sha256=weights.sha256)
+    return weights, spectra_of(engine, source, weights, dtype=dtype)
 
 
 @dataclass(frozen=True)
@@ -144,15 +160,20 @@ def proxies(
     *,
     num_heads: int | None = None,
     device: str = "cpu",
+    engine: Any = None,
 ) -> ProxiesResult:
-    """Both paper proxies of ``model``, as ``specbound proxies`` computes them."""
+    """Both paper proxies of ``model``, as ``specbound proxies`` computes them; ``engine``
+    (:func:`specbound.engine.open_engine`) runs the singular values as cluster tasks."""
     from .commands.proxies import device_of
     from .numeric.proxies import paper_proxies
     from .numeric.spectra import spectra_on
 
     dev = device_of(device)
-    weights = load_weights(model, num_heads=num_heads, view="proxy")  # the proxies' convention
-    values = spectra_on(weights, device=dev)
+    if engine is not None and engine.distributed:
+        weights, values = _on_engine(engine, model, num_heads, "proxy", "float64", dev)
+    else:
+        weights = load_weights(model, num_heads=num_heads, view="proxy")  # the proxies' convention
+        values = spectra_on(weights, device=dev)
     try:
         result = paper_proxies(weights, spectra=values)
     except ValueError as exc:
@@ -201,8 +222,8 @@ def certify(model: CheckpointSource | None = None, data: Any = None, **options: 
     """Certify the bound of ``model`` (None: the embedded default) like ``specbound certify``.
 
     ``data`` and every keyword (``n``, ``delta``, ``margin``, ``empirical``, ``samples``, ``seed``,
-    ``num_heads``, ``readout``, ``settings``, ``forward`` = "fast" | "arb"...) are those of
-    :func:`specbound.pipeline.certify`.
+    ``num_heads``, ``readout``, ``settings``, ``forward`` = "fast" | "arb", ``engine``...) are those
+    of :func:`specbound.pipeline.certify`.
     """
     from .pipeline import certify as run_certify
 

@@ -565,3 +565,84 @@ def _check_magnitudes(where, weights: AnalysisWeights) -> None:
                 f"[{MIN_WEIGHT_MAGNITUDE:g}, {MAX_WEIGHT_MAGNITUDE:g}] of trained weights (norms and "
                 "products of such entries overflow or underflow float64; rescale or zero the tensor)"
             )
+
+
+# ------------------------------------------------------------------------------------------------
+# partial builds (the engine's tasks): only some layers' tensors are read
+
+
+_LAYER_OF_NAME = re.compile(r"(?:^|\.)(\d+)\.")
+"""The layer index in a tensor name: the first dotted integer (``h.3.``, ``model.layers.3.``,
+``encoder.layer.3.``, ``encoder.block.3.``, ``blk.3.``); names without one belong to no layer."""
+
+
+def layer_of_name(name: str) -> int | None:
+    """The layer a tensor name belongs to (:data:`_LAYER_OF_NAME`), None for no layer."""
+    m = _LAYER_OF_NAME.search(name)
+    return None if m is None else int(m.group(1))
+
+
+@dataclass(frozen=True, eq=False)
+class _PartialCheckpoint(Checkpoint):
+    """A checkpoint whose tensors of layers outside ``keep`` read as zero-memory placeholders
+    (shape and dtype still checked against the header); ``digest`` replaces the file hash."""
+
+    keep: frozenset = frozenset()
+    digest: str = ""
+
+    def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+        layer = layer_of_name(name)
+        if layer is None or layer in self.keep:
+            return super().tensor(name, shape)
+        got = self.shape(name)
+        if shape is not None and tuple(got) != tuple(shape):
+            raise LayoutError(f"{self.path}: tensor '{name}' has shape {_fmt_shape(got)}, "
+                              f"expected {_fmt_shape(shape)}")
+        if self.dtypes[name] not in FLOAT_DTYPES:
+            raise LayoutError(f"{self.path}: tensor '{name}' has dtype {self.dtypes[name]}, expected one of "
+                              f"{', '.join(sorted(FLOAT_DTYPES))}")
+        from .adapters.helpers import placeholder
+
+        return placeholder(got)
+
+    def sha256(self) -> str:
+        return self.digest or super().sha256()
+
+
+def load_layers(
+    path: CheckpointSource | None,
+    layers: Iterable[int],
+    *,
+    num_heads: int | None = None,
+    activation: str | None = None,
+    view: str = VIEW_ANALYSIS,
+    sha256: str = "",
+) -> AnalysisWeights:
+    """:func:`load_weights` reading only the tensors of ``layers`` (and of no layer).
+
+    The result has every matrix of the full build, in the same order, with the same facts; the
+    matrices of ``layers`` hold the same values as :func:`load_weights` gives (and pass the same
+    magnitude check), the others are zero-memory placeholders
+    (:func:`specbound.adapters.helpers.is_placeholder`) that must not be used as values.  So a
+    worker holds one layer at a time, and ``layers=()`` gives the structure alone.  ``sha256``
+    (when the caller knows it) saves hashing the files again.
+    """
+    from dataclasses import fields
+
+    from .adapters import detect
+    from .adapters.helpers import is_placeholder
+    from .data import default_checkpoint_path
+
+    ckpt = open_checkpoint(default_checkpoint_path() if path is None else path)
+    values = {f.name: getattr(ckpt, f.name) for f in fields(Checkpoint)}
+    partial = _PartialCheckpoint(**values, keep=frozenset(int(l) for l in layers), digest=sha256)
+    weights = detect(partial).adapt(partial, num_heads=num_heads, activation=activation, view=view)
+    built = [m for m in weights.matrices if not is_placeholder(m.left)]
+    _check_magnitudes(ckpt.path, _only(weights, built))
+    return weights
+
+
+def _only(weights: AnalysisWeights, matrices: list) -> AnalysisWeights:
+    from dataclasses import replace
+
+    return replace(weights, matrices=tuple(matrices))

@@ -205,17 +205,19 @@ def default_workers() -> int:
 
 def empirical_ball(weights, source: EmpiricalSource, dataset: DataSet | None, rho: arb, *,
                    workers: int | None = None, progress=None,
-                   forward: str = FORWARD_FAST, fast=None) -> tuple[arb | None, object | None]:
+                   forward: str = FORWARD_FAST, fast=None,
+                   map_blocks=None) -> tuple[arb | None, object | None]:
     """(the empirical term as an Arb ball, the RampLossCertificate or None).
 
     Certified sources: the certified ramp loss of ``dataset`` at margin ``rho`` (its upper ball), by the
     certified forward pass ``forward`` ("fast" or "arb", vocabulary.FORWARD_METHODS; ``fast``: its
     :class:`~specbound.certified.ramp_loss.FastPass` over ``dataset`` when already computed);
-    "user": the user's number as a ball (NOT certified); "none": (None, None).
+    "user": the user's number as a ball (NOT certified); "none": (None, None).  ``map_blocks``: an
+    execution engine's runner of the Arb forward pass (:func:`specbound.engine.ramp_blocks`).
     """
     if source.kind in CERTIFIED_SOURCES:
         ramp = certified_ramp_loss(weights, dataset, rho, workers=workers or default_workers(),
-                                   progress=progress, forward=forward, fast=fast)
+                                   progress=progress, forward=forward, fast=fast, map_blocks=map_blocks)
         return ramp.upper, ramp
     if source.kind == EMPIRICAL_USER:
         return arb(float(source.detail["value"])), None

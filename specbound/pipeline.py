@@ -26,7 +26,7 @@ from specbound.certified.gram_enclosure import METHOD as DEFAULT_ENCLOSURE, encl
 from specbound.certified.fast_forward import NotApplicable
 from specbound.certified.radii import exact_value, power_ball
 from specbound.certified.ramp_loss import fast_pass
-from specbound.checkpoint import load_weights, open_checkpoint
+from specbound.checkpoint import load_layers, load_weights, open_checkpoint
 from specbound.derivation.theorem import overrides_record
 from specbound.errors import CertificationError, SpecboundError
 from specbound.empirical import (  # noqa: F401  (task_record/task_sample/EmpiricalSource: public here too)
@@ -37,7 +37,9 @@ from specbound.numeric import planner
 from specbound.plan import BoundSettings
 from specbound.progress import progress_bar
 from specbound.scope import scope_block
-from specbound.vocabulary import CAPABILITY_CERTIFY, CAPABILITY_FLOAT_FORWARD, FORWARD_FAST, READOUT_TRAINED
+from specbound.vocabulary import (
+    CAPABILITY_CERTIFY, CAPABILITY_FLOAT_FORWARD, FORWARD_FAST, READOUT_TRAINED, VIEW_ANALYSIS,
+)
 
 @dataclass(frozen=True)
 class CertifyResult:
@@ -159,6 +161,7 @@ def certify(
     workers: int | None = None,
     show_progress: bool = False,
     forward: str = FORWARD_FAST,
+    engine=None,
 ) -> CertifyResult:
     """Certify the bound of ``checkpoint`` (None: the embedded default), like ``specbound certify``.
 
@@ -169,12 +172,23 @@ def certify(
     else none (only complexity + confidence are certified; needs n).  ``settings`` (a
     BoundSettings) replaces n/delta/margin/empirical/readout.  ``forward`` is the certified forward
     pass of the empirical term: "fast" (default, proofs_notes/fast_forward.md) or "arb".
+    ``engine`` (:func:`specbound.engine.open_engine`; None: in process) runs the enclosures and the
+    Arb forward passes as tasks on a cluster; the client then builds the structure only (and the
+    weights themselves only when a certified forward pass needs them), and the certificate is the
+    same.
     """
     clock = {}
     notes = {}
     t0 = time.perf_counter()
     refuse_outside_theorem(checkpoint)  # from the header: before any tensor is read
-    weights = load_weights(checkpoint, num_heads=num_heads)
+    distributed = engine is not None and engine.distributed
+    if distributed:
+        from specbound.engine import source_of
+
+        weights = load_layers(checkpoint, (), num_heads=num_heads)  # the structure: no layer is read
+        task_source = source_of(checkpoint, num_heads=num_heads, view=VIEW_ANALYSIS, sha256=weights.sha256)
+    else:
+        weights = load_weights(checkpoint, num_heads=num_heads)
     if settings is not None:
         n, delta, margin, empirical, readout = (settings.n, settings.delta, settings.margin,
                                                 settings.empirical, settings.readout)
@@ -184,11 +198,19 @@ def certify(
         settings = BoundSettings(n=int(n), delta=delta, margin=margin, empirical=empirical, readout=readout)
     elif settings.n != n:
         settings = replace(settings, n=int(n))
+    if distributed and dataset is not None:
+        # the certified forward pass reads every layer: the client needs the weights themselves
+        weights = load_weights(checkpoint, num_heads=num_heads)
     clock["load"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
     with progress_bar(len(weights.matrices), "enclosing singular values", enabled=show_progress) as bar:
-        encs = enclose_all(weights, progress=bar)
+        if distributed:
+            from specbound.engine import enclose_on
+
+            encs, weights = enclose_on(engine, task_source, weights, progress=bar)
+        else:
+            encs = enclose_all(weights, progress=bar)
     clock["enclose"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()
@@ -214,8 +236,13 @@ def certify(
             bar.advance(k - done[0])
             done[0] = k
 
+        blocks = None
+        if distributed and dataset is not None:
+            from specbound.engine import ramp_blocks
+
+            blocks = ramp_blocks(engine, task_source, dataset, progress=advance)
         emp_ball, ramp = empirical_ball(weights, source, dataset, rho, workers=workers, progress=advance,
-                                        forward=forward, fast=fast)
+                                        forward=forward, fast=fast, map_blocks=blocks)
     if ramp is not None:
         source = replace(source, ramp=ramp)
     clock["empirical"] = time.perf_counter() - t3

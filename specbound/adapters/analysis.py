@@ -124,9 +124,9 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
         W_O = reads.tensor(p + "attn.W_O", (H, d, N), "W_O")
         for h in range(H):
             matrices.append(
-                NamedMatrix(l, h, "QK", W_Q[h].copy(), np.ascontiguousarray(W_K[h].T))
+                NamedMatrix(l, h, "QK", helpers.copied(W_Q[h]), helpers.contiguous(W_K[h].T))
             )
-            matrices.append(NamedMatrix(l, h, "V_tilde", W_V[h].copy(), W_O[h].copy()))
+            matrices.append(NamedMatrix(l, h, "V_tilde", helpers.copied(W_V[h]), helpers.copied(W_O[h])))
         matrices.append(NamedMatrix(l, -1, "M_in", reads.tensor(p + "ff.M_in", (N, d_ff), "M_in")))
         matrices.append(NamedMatrix(l, -1, "M_out", reads.tensor(p + "ff.M_out", (d_ff, N), "M_out")))
     readout = reads.tensor("readout.w", (N,), "read-out vector w")
@@ -145,9 +145,9 @@ def _adapt_ls(ckpt, reads, meta, L, H, N, d, d_ff, act, variant) -> AnalysisWeig
         W_K = reads.tensor(p + "attn.W_K", (G, N, d), "W_K")
         W_V = reads.tensor(p + "attn.W_V", (G, N, d), "W_V")
         W_O = reads.tensor(p + "attn.W_O", (H, d, N), "W_O")
-        matrices += [NamedMatrix(l, h, "Q", W_Q[h].copy()) for h in range(H)]
-        matrices += [NamedMatrix(l, g, "K", W_K[g].copy()) for g in range(G)]
-        matrices += [NamedMatrix(l, h, "V_tilde", W_V[kv_group(h, H, G)].copy(), W_O[h].copy())
+        matrices += [NamedMatrix(l, h, "Q", helpers.copied(W_Q[h])) for h in range(H)]
+        matrices += [NamedMatrix(l, g, "K", helpers.copied(W_K[g])) for g in range(G)]
+        matrices += [NamedMatrix(l, h, "V_tilde", helpers.copied(W_V[kv_group(h, H, G)]), helpers.copied(W_O[h]))
                      for h in range(H)]
         matrices.append(NamedMatrix(l, -1, "G", reads.tensor(p + "ff.G", (N, d_ff), "gate G")))
         matrices.append(NamedMatrix(l, -1, "U", reads.tensor(p + "ff.U", (N, d_ff), "up U")))

@@ -189,9 +189,39 @@ class Reads:
         return array
 
 
+def placeholder(shape: tuple[int, ...], value: float = 0.0) -> np.ndarray:
+    """A read-only constant array of ``shape`` that takes no memory (every stride 0): it stands for a
+    tensor that a partial build (:func:`specbound.checkpoint.load_layers`) does not read.  Its
+    entries are not the tensor's; ``value`` only records, where known, whether the tensor is
+    exactly zero (0) or not (1), the one fact float planning reads from values."""
+    return np.broadcast_to(np.full((), value, dtype=np.float64), tuple(int(s) for s in shape))
+
+
+def is_placeholder(a) -> bool:
+    """Whether ``a`` is a :func:`placeholder` (or a slice or transpose of one)."""
+    return isinstance(a, np.ndarray) and a.ndim > 0 and all(st == 0 for st in a.strides)
+
+
+def contiguous(a: np.ndarray) -> np.ndarray:
+    """``np.ascontiguousarray(a)``, except that a placeholder stays a placeholder (no copy)."""
+    return a if is_placeholder(a) else np.ascontiguousarray(a)
+
+
+def copied(a: np.ndarray) -> np.ndarray:
+    """``a.copy()``, except that a placeholder stays a placeholder (no copy)."""
+    return a if is_placeholder(a) else a.copy()
+
+
+def side_by_side(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``[a | b]`` as a contiguous array (a placeholder when either part is one)."""
+    if is_placeholder(a) or is_placeholder(b):
+        return placeholder((a.shape[0], a.shape[1] + b.shape[1]))
+    return np.ascontiguousarray(np.hstack([a, b]))
+
+
 def linear(reads: Reads, name: str, out_dim: int, in_dim: int, as_what: str) -> np.ndarray:
     """Row-vector matrix (in x out) of a ``torch.nn.Linear`` weight stored (out, in)."""
-    return np.ascontiguousarray(reads.tensor(name, (out_dim, in_dim), as_what).T)
+    return contiguous(reads.tensor(name, (out_dim, in_dim), as_what).T)
 
 
 def conv1d(reads: Reads, name: str, in_dim: int, out_dim: int, as_what: str) -> np.ndarray:
@@ -201,12 +231,12 @@ def conv1d(reads: Reads, name: str, in_dim: int, out_dim: int, as_what: str) -> 
 
 def head_columns(m: np.ndarray, heads: int, d: int) -> list[np.ndarray]:
     """Columns ``h*d:(h+1)*d`` of a row-vector map (N x heads*d): per-head query/key/value maps."""
-    return [np.ascontiguousarray(m[:, h * d:(h + 1) * d]) for h in range(heads)]
+    return [contiguous(m[:, h * d:(h + 1) * d]) for h in range(heads)]
 
 
 def head_rows(m: np.ndarray, heads: int, d: int) -> list[np.ndarray]:
     """Rows ``h*d:(h+1)*d`` of a row-vector output map (heads*d x N): per-head output blocks."""
-    return [np.ascontiguousarray(m[h * d:(h + 1) * d, :]) for h in range(heads)]
+    return [contiguous(m[h * d:(h + 1) * d, :]) for h in range(heads)]
 
 
 # --------------------------------------------------------------------------- score scale
@@ -229,7 +259,7 @@ def fold_scale(left: np.ndarray, scale_sq: Fraction) -> tuple[np.ndarray, Fracti
     """(left', rest) with ``sqrt(scale_sq) * left == sqrt(rest) * left'`` exactly: the power of two
     ``2^k`` of the scale multiplied into ``left`` (exact; kept out if it would lose bits)."""
     k, r = split_scale(scale_sq)
-    if k == 0:
+    if k == 0 or is_placeholder(left):  # a placeholder stands for a matrix that is not built
         return left, r
     scaled = np.ldexp(left, k)
     if not np.array_equal(np.ldexp(scaled, -k), left):  # subnormal underflow: keep it exact
@@ -283,10 +313,10 @@ def assemble(layer: int, parts: LayerParts, view: str, ls: bool) -> list[NamedMa
     for h in range(H):
         g = parts.group(h)
         left, rest = fold_scale(parts.q[h], scale)
-        out.append(NamedMatrix(layer, h, "QK", left, np.ascontiguousarray(parts.k[g].T), scale_sq=rest))
+        out.append(NamedMatrix(layer, h, "QK", left, contiguous(parts.k[g].T), scale_sq=rest))
         out.append(NamedMatrix(layer, h, "V_tilde", parts.v[g], parts.o[h]))
     if parts.gate is not None:
-        out.append(NamedMatrix(layer, -1, "M_in", np.ascontiguousarray(np.hstack([parts.gate, parts.up]))))
+        out.append(NamedMatrix(layer, -1, "M_in", side_by_side(parts.gate, parts.up)))
         out.append(NamedMatrix(layer, -1, "M_out", parts.down))
     else:
         out.append(NamedMatrix(layer, -1, "M_in", parts.ff_in))

@@ -47,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "proven error bound; default) or arb (Arb ball arithmetic, slow)")
     parser.add_argument("--cross-check", action="store_true",
                         help="also check the fast float path against the certified values")
+    from specbound.engine import add_engine_arguments
+
+    add_engine_arguments(parser)
 
 
 #: the margins --margin accepts (outputs f are O(||w||) on unit-row inputs; far outside this range
@@ -164,9 +167,15 @@ def run(args: argparse.Namespace) -> int:
     from specbound.pipeline import certify
     from specbound.progress import should_show
 
+    from specbound.engine import engine_of_args
+
     kw = _settings_kwargs(args)
     _check_destination(args)
-    result = certify(args.checkpoint, data=args.data, show_progress=should_show(args.json), **kw)
+    if args.cross_check and (args.workers is not None or args.scheduler is not None):
+        raise SpecboundError("--cross-check runs in process: give it without --workers/--scheduler")
+    with engine_of_args(args) as engine:
+        result = certify(args.checkpoint, data=args.data, show_progress=should_show(args.json), engine=engine,
+                         **kw)
     cert = to_json(result)
     if args.cross_check:
         cert["cross_check"] = _cross_check(result)

@@ -23,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", metavar="DIR",
                         help="write contribution_vs_p.png and spectral_decay.png into DIR")
     parser.add_argument("--device", default="cpu", help="cpu (default: numpy, no torch) or a torch device (cuda)")
+    from specbound.engine import add_engine_arguments
+
+    add_engine_arguments(parser)
 
 
 def device_of(name: str):
@@ -42,6 +45,31 @@ def load(args: argparse.Namespace, view: str = "analysis"):
     from specbound.checkpoint import load_weights
 
     return load_weights(args.checkpoint, num_heads=getattr(args, "num_heads", None), view=view)
+
+
+def weights_and_spectra(args: argparse.Namespace, view: str, *, dtype: str = "float64", json_output: bool = False):
+    """(weights, float spectra) for spectra and proxies: in process, or by the tasks of the engine of
+    ``--workers`` / ``--scheduler`` (then the weights returned are the structure only: the workers
+    read the layers)."""
+    from specbound.engine import engine_of_args, source_of, spectra_of
+    from specbound.numeric.spectra import spectra_on
+    from specbound.progress import progress_bar
+
+    device = device_of(args.device)
+    with engine_of_args(args) as engine:
+        if not engine.distributed:
+            weights = load(args, view=view)
+            with progress_bar(len(weights.matrices), "singular values", enabled=not json_output) as bar:
+                return weights, spectra_on(weights, device=device, dtype=dtype, progress=bar)
+        if device != "cpu":
+            raise SpecboundError("--workers/--scheduler compute on the workers' CPUs: give them without --device")
+        from specbound.checkpoint import load_layers
+
+        num_heads = getattr(args, "num_heads", None)
+        weights = load_layers(args.checkpoint, (), num_heads=num_heads, view=view)
+        source = source_of(args.checkpoint, num_heads=num_heads, view=view, sha256=weights.sha256)
+        with progress_bar(len(weights.matrices), "singular values", enabled=not json_output) as bar:
+            return weights, spectra_of(engine, source, weights, dtype=dtype, progress=bar)
 
 
 def check_destinations(args: argparse.Namespace) -> None:
@@ -68,14 +96,10 @@ def _fmt(x: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from specbound.numeric.proxies import DIFFERENCES, paper_proxies
-    from specbound.numeric.spectra import spectra_on
-    from specbound.progress import progress_bar
 
     check_destinations(args)
-    device = device_of(args.device)
-    weights = load(args, view="proxy")  # no score scale: the companion code's convention
-    with progress_bar(len(weights.matrices), "singular values", enabled=not args.json) as bar:
-        spectra = spectra_on(weights, device=device, progress=bar)
+    # no score scale: the companion code's convention
+    weights, spectra = weights_and_spectra(args, "proxy", json_output=args.json)
     try:
         result = paper_proxies(weights, spectra=spectra)
     except ValueError as exc:

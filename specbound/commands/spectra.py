@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from specbound.commands.proxies import check_destinations, console, device_of, load
+from specbound.commands.proxies import check_destinations, console, weights_and_spectra
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,17 +30,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu (default: numpy, no torch) or a torch device (cuda)")
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                         help="SVD precision (float32: |error| <= 1e-5 * sigma_1, see numeric.spectra)")
+    from specbound.engine import add_engine_arguments
+
+    add_engine_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from specbound.numeric.spectra import norm_summaries, spectra_on
-    from specbound.progress import progress_bar
+    from specbound.numeric.spectra import norm_summaries
 
     check_destinations(args)
-    device = device_of(args.device)
-    weights = load(args, view=args.view)
-    with progress_bar(len(weights.matrices), "singular values", enabled=not args.json) as bar:
-        spectra = spectra_on(weights, device=device, dtype=args.dtype, progress=bar)
+    weights, spectra = weights_and_spectra(args, args.view, dtype=args.dtype, json_output=args.json)
     summaries = norm_summaries(spectra)
 
     if args.csv is not None:
