@@ -25,7 +25,6 @@ from specbound.certified.certificate import decimal_up
 from specbound.certified.gram_enclosure import METHOD as DEFAULT_ENCLOSURE, enclose_matrices
 from specbound.certified.radii import exact_value, power_ball
 from specbound.checkpoint import load_weights, open_checkpoint
-from specbound.derivation.theorem import overrides_record
 from specbound.errors import CertificationError, SpecboundError
 from specbound.empirical import (  # noqa: F401  (task_record/task_sample/EmpiricalSource: public here too)
     DEFAULT_SAMPLES, DEFAULT_SEED, EmpiricalSource, empirical_ball, resolve, task_record, task_sample,
@@ -225,7 +224,11 @@ def scope_of(weights, checkpoint: dict, source: EmpiricalSource, bound) -> dict:
     the bound is vacuous.  ``verify`` rebuilds it from the checkpoint with this same function."""
     st = bound.settings
     variant = getattr(weights, "variant", "plain") or "plain"
-    overrides = overrides_record(st.overrides, weights.activation, variant) if st.overrides else []
+    overrides = []
+    if st.overrides:  # SymPy only here: the proven values of the overridden constants
+        from specbound.derivation.theorem import overrides_record
+
+        overrides = overrides_record(st.overrides, weights.activation, variant)
     return scope_block(
         checkpoint=str(checkpoint["path"]), sha256=str(checkpoint["sha256"]), model=weights.scope,
         variant=variant, activation=weights.activation, readout=bound.readout,
