@@ -1,8 +1,10 @@
 """The certified bound: the main theorem of proofs_notes/theory.md section 7 evaluated in Arb.
 
-Every formula is an expression of :func:`specbound.derivation.theorem.assemble`, compiled to ball
-arithmetic by :func:`specbound.derivation.backends.to_arb`; this module only decides *which*
-expression applies to which matrix and feeds it certified inputs:
+Every formula is an expression of :func:`specbound.derivation.theorem.assemble`, printed to ball
+arithmetic by :class:`specbound.derivation.backends.ArbPrinter` (ahead of time into
+certified/generated.py by scripts/generate_derived.py, or at run time when a constant is
+overridden); this module only decides *which* expression applies to which matrix and feeds it
+certified inputs:
 
 * radii ``c~_j = beta_c**k_c >= ||W_j||``, ``s~_j = beta_s**k_s >= S_{p_j}(W_j)`` (or a proven rank
   for ``p_j = 0``), ``B~_w = beta_w**k_w >= ||w||`` (trained read-out) and ``rho~ = beta_rho**k_rho``
@@ -20,175 +22,154 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+import sys
 from typing import Sequence
 
 import numpy as np
-import sympy as sp
 from flint import arb, fmpq
 
+from specbound.certified import generated
 from specbound.certified.arb import WORK_PREC, precision, sum_arb
 from specbound.certified.enclosure import SingularValueEnclosure
 from specbound.certified.forward_ls import ROPE_COS, ROPE_SIN, rope_norm_bound
 from specbound.certified.radii import MatrixRounding, index_up, power_ball, round_matrix
-from specbound.derivation import symbols as S
-from specbound.derivation.backends import to_arb
-from specbound.derivation.assembly import GROUP_SUMMAND, kv_group, layout
-from specbound.derivation.posthoc import chosen_grid_size
-from specbound.derivation.theorem import readout_free_forms, theorem_for
 from specbound.errors import CertificationError
 from specbound.matrices import AnalysisWeights
 from specbound.plan import BoundPlan, BoundSettings
-
-#: the theorem's gamma keys of the covered matrix types
+from specbound.vocabulary import kv_group
 
 
 # ------------------------------------------------------------------------------------------------
 # compiled theorem
 
 
-@dataclass(frozen=True)
 class Evaluators:
-    """Arb callables of every theorem expression the bound needs (compiled once per theorem).
+    """Arb callables of every theorem expression the bound needs (one set per theorem variant).
 
-    ``fixed``: the read-out is fixed (proofs_notes/theory.md section 7, last paragraph): the expressions drop
-    H_w, u_w and lambda(k_w) -- obtained from the theorem's own fields by removing the read-out
-    summand, not retyped.
+    ``ev.<name>`` for the names of :func:`specbound.derivation.evaluated.certified_expressions`
+    (positional arguments in the order listed there; ``head``, ``layer`` and ``gamma[key]`` take a
+    mapping symbol name -> ball).  ``fixed``: the read-out is fixed (proofs_notes/theory.md section
+    7, last paragraph): the combiners drop H_w, u_w and lambda(k_w).  ``origin``: "generated"
+    (certified/generated.py, printed from the SymPy source by scripts/generate_derived.py; no SymPy
+    import) or "sympy" (compiled at run time: lemma-constant overrides, or a patched register).
     """
 
-    theorem: object
-    fixed: bool
-    head: object
-    layer: object
-    step: object
-    gamma: dict
-    kappa: object
-    ss_term: object
-    ss_term_rank: object
-    ss_closed: object
-    ss_entropy: object
-    ss_entropy_rank: object
-    ss_entropy_w: object
-    ss_objective: object
-    dd_piece: object
-    dd_piece_p2: object
-    dd_piece_rank: object
-    dd_closed: object
-    lam_matrix: object
-    lam_matrix_rank: object
-    Lambda_total: object
-    confidence: object
-    complexity: object
-    bound: object
-    grid_m: object
-    expressions: dict = field(default_factory=dict, repr=False)
+    def __init__(self, fns: dict, fixed: bool, dd_upper: Fraction, rho_R: Fraction | None, layout: dict,
+                 origin: str):
+        self.fns, self.fixed, self.dd_upper, self.rho_R = fns, fixed, dd_upper, rho_R
+        self.layout, self.origin = layout, origin
+        self.gamma = {name[len("gamma_"):]: fn for name, fn in fns.items() if name.startswith("gamma_")}
+
+    def __getattr__(self, name: str):
+        try:
+            return self.__dict__["fns"][name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
-_CACHE: dict[tuple[int, bool], Evaluators] = {}
+_CACHE: dict[tuple, Evaluators] = {}
+
+#: the expressions called with a mapping name -> value instead of positional arguments
+_NAMED = ("head", "layer")
 
 
-def _evaluators(T, fixed: bool) -> Evaluators:
-    # theorems are not hashable; assemble() returns the same object for the same request
-    key = (id(T), fixed)
-    hit = _CACHE.get(key)
-    if hit is not None and hit.theorem is T:
-        return hit
-    _CACHE[key] = ev = _compile(T, fixed)
-    return ev
+def _named(fn, names: tuple[str, ...]):
+    """A callable of a mapping symbol name -> ball (names the expression does not contain are
+    ignored; a missing one is a KeyError, never a silent default)."""
+    return lambda values: fn(*(values[a] for a in names))
 
 
-def _compile(T, fixed: bool) -> Evaluators:
-    free = readout_free_forms(T) if fixed else {}
-    ss_closed = free.get("ss_closed", T.ss_closed)
-    dd_closed = free.get("dd_closed", T.dd_closed)
-    lam_total = free.get("Lambda_total", T.Lambda_total)
-    complexity = sp.expand(T.bound - T.confidence - S.emp)  # 2 Min(SS, DD), from the theorem
-    if complexity.has(S.emp) or complexity.has(S.delta):
-        raise AssertionError("could not isolate the complexity term of the bound")
-    per = (S.c, S.d, S.kappa, S.n, S.p, S.r_max, S.s)
-    ent = (S.c, S.d, S.kappa, S.p, S.r_max, S.s, S.u)
-    ddargs = (S.alpha_D, S.c, S.d, S.kappa, S.p, S.r_max, S.s, S.vartheta)
-    glob = (S.B_w, S.N, S.n, S.rho)
-    exprs = {"complexity": complexity, "ss_closed": ss_closed, "dd_closed": dd_closed,
-             "Lambda_total": lam_total}
-    return Evaluators(
-        theorem=T,
-        fixed=fixed,
-        head=_named(T.head_summand),
-        layer=_named(T.layer_lipschitz),
-        step=to_arb(T.alpha_step, (S.layer_L, S.alpha)),
-        gamma={key: _named(expr) for key, expr in T.gamma.items()},
-        kappa=to_arb(T.kappa, (S.B_w, S.alpha, S.gamma, S.rho)),
-        ss_term=to_arb(T.ss_matrix_term, per),
-        ss_term_rank=to_arb(T.ss_matrix_term_rank, per),
-        ss_closed=to_arb(ss_closed, glob + (S.T_sum,)),
-        ss_entropy=to_arb(T.ss_matrix_entropy, ent),
-        ss_entropy_rank=to_arb(T.ss_matrix_entropy_rank, ent),
-        ss_entropy_w=to_arb(T.ss_readout_entropy, (S.B_w, S.N, S.rho, S.u_w)),
-        ss_objective=to_arb(T.ss_objective, (S.H_total, S.U_total, S.n)),
-        dd_piece=to_arb(T.dd_matrix_piece, ddargs),
-        dd_piece_p2=to_arb(T.dd_matrix_piece_p2, ddargs),
-        dd_piece_rank=to_arb(T.dd_matrix_piece_rank, ddargs),
-        dd_closed=to_arb(dd_closed, glob + (S.alpha_D, S.D_sum, S.vartheta_w)),
-        lam_matrix=to_arb(T.lambda_matrix, (S.k_c, S.k_s, S.m_grid, S.r_max)),
-        lam_matrix_rank=to_arb(T.lambda_matrix_rank, (S.k_c, S.k_s, S.m_grid, S.r_max)),
-        Lambda_total=to_arb(lam_total, (S.Lambda_sum, S.k_rho, S.k_w)),
-        confidence=to_arb(T.confidence, (S.Lambda, S.delta, S.n)),
-        complexity=to_arb(complexity, (S.DD, S.SS)),
-        bound=to_arb(T.bound, (S.DD, S.Lambda, S.SS, S.delta, S.emp, S.n)),
-        grid_m=to_arb(T.grid_m, (S.L, S.N)),
-        expressions=exprs,
-    )
+def _wrap(name: str, fn, names: tuple[str, ...]):
+    return _named(fn, names) if name in _NAMED or name.startswith("gamma_") else fn
 
 
-def _named(expr: sp.Expr):
-    """An Arb callable of ``expr`` taking a mapping symbol -> ball (symbols the expression does
-    not contain are ignored; a missing one is a KeyError, never a silent default)."""
-    args = tuple(sorted(expr.free_symbols, key=str))
-    fn = to_arb(expr, args)
-    return lambda values: fn(*(values[a] for a in args))
+def _register_patched() -> bool:
+    """True when the derivation's register is not the one the generated module was printed from
+    (a test swapped a lemma): then the theorem is compiled from SymPy at run time."""
+    th = sys.modules.get("specbound.derivation.theorem")
+    return th is not None and th.REGISTRY is not th.SHIPPED_REGISTRY
 
 
-_GROUP = _named(GROUP_SUMMAND)
+def _generated(key: tuple, fixed: bool) -> Evaluators | None:
+    row = generated.THEOREMS.get(key + (fixed,))
+    if row is None:
+        return None
+    fns = {name: _wrap(name, generated.FUNCTIONS[i], generated.ARGS[i]) for name, i in row.items()}
+    const = generated.CONSTANTS[key]
+    rho_R = Fraction(const["rho_R"]) if "rho_R" in const else None
+    return Evaluators(fns, fixed, Fraction(const["dd_upper"]), rho_R, generated.LAYOUTS[key[3]], "generated")
+
+
+def _from_sympy(settings: BoundSettings, activation: str, fixed: bool, model: str) -> Evaluators:
+    from specbound.derivation import evaluated
+    from specbound.derivation.backends import to_arb
+    from specbound.derivation.theorem import theorem_for
+
+    T = theorem_for(settings, activation, model)
+    fns = {}
+    for name, (expr, args) in evaluated.certified_expressions(T, fixed).items():
+        args = tuple(args) if args is not None else tuple(sorted(expr.free_symbols, key=str))
+        fns[name] = _wrap(name, to_arb(expr, args), tuple(str(a) for a in args))
+    const = evaluated.constants_of(T)
+    rho_R = Fraction(const["rho_R"]) if "rho_R" in const else None
+    return Evaluators(fns, fixed, Fraction(const["dd_upper"]), rho_R, evaluated.layouts()[model], "sympy")
 
 
 def evaluators(settings: BoundSettings, activation: str, fixed: bool, model: str = "plain") -> Evaluators:
-    return _evaluators(theorem_for(settings, activation, model), fixed)
+    """The Arb callables of the theorem in force for ``settings``, ``activation`` and ``model``:
+    the generated ones unless a lemma constant is overridden (or the register patched)."""
+    key = (settings.massart, settings.dudley, activation, model)
+    if settings.overrides or _register_patched():
+        # an override is any number: compiled from the SymPy source (not cached: the register may change)
+        return _from_sympy(settings, activation, fixed, model)
+    hit = _CACHE.get(key + (fixed,))
+    if hit is None:
+        hit = _generated(key, fixed)
+        if hit is None:  # an unknown variant: the derivation layer says why, in one line
+            hit = _from_sympy(settings, activation, fixed, model)
+        _CACHE[key + (fixed,)] = hit
+    return hit
+
+
+def _group_summand(values) -> arb:
+    i = generated.GROUP_SUMMAND
+    return _named(generated.FUNCTIONS[i], generated.ARGS[i])(values)
 
 
 def layer_radii(weights: AnalysisWeights, radius) -> tuple[list[dict], list[list[dict]], list[dict]]:
-    """The theorem symbols of every layer fed from the radii ``radius(layer, kind, head)``
-    (:func:`specbound.derivation.assembly.layout` of ``weights.variant``).
+    """The theorem symbols (by name) of every layer fed from the radii ``radius(layer, kind, head)``
+    (the layout of ``weights.variant``, :func:`specbound.derivation.assembly.layout`).
 
     Returns, per layer, the layer symbols (e.g. ``c_in, c_out`` or ``c_G, c_U, c_D``), per layer
     and head the head symbols (``c_A, c_V`` or ``c_Q, c_K, c_V`` with K of the head's group), and
     per layer the group sums ``{g: Sigma_g}`` of the LS models (empty otherwise).
     """
-    lay = layout(weights.variant)
+    lay = generated.LAYOUTS[weights.variant]
     H, G = weights.num_heads, weights.num_kv_heads
     layer_vals, head_vals, groups = [], [], []
     for l in range(weights.num_layers):
-        layer_vals.append({sym: radius(l, kind, -1) for sym, kind in lay.layer.items()})
+        layer_vals.append({sym: radius(l, kind, -1) for sym, kind in lay["layer"].items()})
         heads = []
         for h in range(H):
-            heads.append({sym: radius(l, kind, kv_group(h, H, G) if kind == lay.shared else h)
-                          for sym, kind in lay.head.items()})
+            heads.append({sym: radius(l, kind, kv_group(h, H, G) if kind == lay["shared"] else h)
+                          for sym, kind in lay["head"].items()})
         head_vals.append(heads)
         sums: dict[int, arb] = {}
-        if lay.shared is not None:
+        if lay["shared"] is not None:
             for h in range(H):
                 g = kv_group(h, H, G)
-                sums[g] = sums.get(g, arb(0)) + _GROUP(heads[h])
+                sums[g] = sums.get(g, arb(0)) + _group_summand(heads[h])
         groups.append(sums)
     return layer_vals, head_vals, groups
 
 
 def matrix_symbols(weights: AnalysisWeights, mat, layer_vals, head_vals, groups) -> dict:
-    """The symbols a covered matrix's sensitivity may use: its layer's, its head's (for a shared
-    key matrix: ``Sigma_g`` of its group) -- the sensitivity expression picks what it needs."""
+    """The symbols (by name) a covered matrix's sensitivity may use: its layer's, its head's (for
+    a shared key matrix: ``Sigma_g`` of its group) -- the sensitivity expression picks what it needs."""
     values = dict(layer_vals[mat.layer])
     if mat.head >= 0:
-        if mat.kind == layout(weights.variant).shared:
-            values[S.group_sum] = groups[mat.layer][mat.head]
+        if mat.kind == generated.LAYOUTS[weights.variant]["shared"]:
+            values[generated.NAMES["group_sum"]] = groups[mat.layer][mat.head]
         else:
             values.update(head_vals[mat.layer][mat.head])
     return values
@@ -318,7 +299,29 @@ def readout_ball(w: np.ndarray | None) -> arb:
 def grid_m(settings: BoundSettings, weights: AnalysisWeights) -> int:
     """m of P_m: the user's fixed m, else ``ceil(L + ln N)`` (:func:`specbound.derivation.posthoc.grid_size`,
     the one definition; any m fixed before the sample is valid)."""
-    return chosen_grid_size(settings.grid_m, weights.num_layers, weights.width)
+    if settings.grid_m is not None:
+        return int(settings.grid_m)
+    return exact_grid_size(weights.num_layers, weights.width)
+
+
+def exact_grid_size(num_layers: int, width: int) -> int:
+    """``ceil(L + ln N)`` exactly (``specbound.derivation.posthoc.grid_size``), from an Arb ball
+    of ``L + ln N``: the ceiling is exact once the ball's endpoints have the same ceiling, which
+    happens at some precision unless ``L + ln N`` is an integer, i.e. ``N = 1`` (``ln N`` is
+    transcendental for an integer ``N > 1``)."""
+    L, N = int(num_layers), int(width)
+    if L < 1 or N < 1:
+        raise ValueError(f"grid_size needs L >= 1 and N >= 1, got L={L}, N={N}")
+    if N == 1:
+        return L
+    prec = 64
+    while True:
+        with precision(prec):
+            x = arb(L) + arb(N).log()
+            lo, hi = x.lower().ceil(), x.upper().ceil()
+        if lo == hi:
+            return int(lo.unique_fmpz())
+        prec *= 2
 
 
 def _positive_choice(value: float, what: str) -> Fraction:
@@ -328,20 +331,19 @@ def _positive_choice(value: float, what: str) -> Fraction:
     return f
 
 
-def _check_rotation_bound(weights: AnalysisWeights, theorem, notes: dict) -> None:
+def _check_rotation_bound(weights: AnalysisWeights, rho_R: Fraction | None, notes: dict) -> None:
     """rope_attention needs rho_R >= max ||R_ts||, which is <= max (c^2 + s^2) over the binary64
     tables the model uses (proofs_notes/rope_attention.md); checked exactly here.  Weights without
     tables are the analysis model with exact rotations (rho_R = 1), said in a note."""
-    if "rho_R" not in theorem.constants:
+    if rho_R is None:
         return
-    rho_R = sp.Rational(theorem.constants["rho_R"])
     tables = (weights.extra.get(ROPE_COS), weights.extra.get(ROPE_SIN))
     if tables[0] is None or tables[1] is None:
         notes["rho_R"] = (f"no rotary tables supplied: rho_R = {rho_R} assumes rotations of norm <= "
                           f"{rho_R} (exact rotations: 1)")
         return
     top = rope_norm_bound(np.asarray(tables[0], dtype=np.float64), np.asarray(tables[1], dtype=np.float64))
-    if sp.Rational(top.numerator, top.denominator) > rho_R:
+    if Fraction(top) > rho_R:
         raise CertificationError(
             f"the rotary tables have max c^2 + s^2 = {float(top)!r} > rho_R = {rho_R}: pass "
             f"--override rho_R=<a number >= {float(top)!r}> (rope_attention)")
@@ -380,7 +382,7 @@ def certify_bound(
         notes["readout"] = "checkpoint has no read-out: a fixed unit vector (B_w = 1) is assumed"
     fixed = readout == "fixed"
     ev = evaluators(settings, weights.activation, fixed, weights.variant)
-    _check_rotation_bound(weights, ev.theorem, notes)
+    _check_rotation_bound(weights, ev.rho_R, notes)
     m = grid_m(settings, weights)
     if plan.m != m:
         raise CertificationError(f"plan uses the grid m = {plan.m}, the settings fix m = {m}")
@@ -411,7 +413,7 @@ def certify_bound(
         lips = []
         for l in range(L):
             heads = sum_arb(ev.head(hv) for hv in head_vals[l])
-            lips.append(ev.layer(layer_vals[l] | {S.head_sum: heads}))
+            lips.append(ev.layer(layer_vals[l] | {generated.NAMES["head_sum"]: heads}))
         alphas = [arb(1)] * L
         for l in range(L - 2, -1, -1):
             alphas[l] = ev.step(lips[l + 1], alphas[l + 1])
@@ -428,7 +430,7 @@ def certify_bound(
         rho = power_ball(bases["beta_rho"], plan.k_rho)
 
         alpha_D = _positive_choice(plan.alpha_D, "alpha_D")
-        upper_limit = Fraction(str(ev.theorem.dd_upper))
+        upper_limit = ev.dd_upper
         if alpha_D > upper_limit:
             raise CertificationError(f"plan: alpha_D = {plan.alpha_D} exceeds {upper_limit}")
         # Dudley weights must be > 0 with sum <= 1: rescale the exact values if floats overshoot.
@@ -444,7 +446,7 @@ def certify_bound(
         records = []
         for j, (mat, r) in enumerate(zip(weights.matrices, rounded)):
             l = mat.layer
-            g = ev.gamma[layout(weights.variant).gamma_key[mat.kind]](
+            g = ev.gamma[ev.layout["gamma_key"][mat.kind]](
                 matrix_symbols(weights, mat, layer_vals, head_vals, groups))
             kap = ev.kappa(B_w, alphas[l], g, rho)
             shape = mat.shape

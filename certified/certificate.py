@@ -23,7 +23,6 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy
-import sympy
 from flint import arb
 
 from specbound.version import __version__
@@ -65,7 +64,7 @@ def decimal_up(x: arb, digits: int = 12) -> str:
 
 
 def versions() -> dict[str, str]:
-    out = {"python": platform.python_version(), "numpy": numpy.__version__, "sympy": sympy.__version__,
+    out = {"python": platform.python_version(), "numpy": numpy.__version__, "sympy": md.version("sympy"),
            "specbound": __version__}
     for dist in ("python-flint", "torch"):
         try:

@@ -28,7 +28,7 @@ from fractions import Fraction
 import numpy as np
 from flint import arb, arb_mat, ctx
 
-from specbound.derivation.assembly import kv_group
+from specbound.vocabulary import kv_group
 from specbound.errors import CertificationError, LayoutError
 from specbound.matrices import AnalysisWeights
 

@@ -171,6 +171,89 @@ class TorchPrinter(_CodePrinter):
         return "_max(" + ", ".join(self._print(a) for a in expr.args) + ")"
 
 
+class NumpyPrinter(_CodePrinter):
+    """Python source over ``numpy`` (``np``): broadcasts over arrays, float64.  A subexpression
+    without free symbols (a lemma constant such as an ``erf`` of a number) becomes one float literal
+    (its value to 30 digits, rounded once); ``_f`` makes an operand a float64 array."""
+
+    printmethod = "_numpy_specbound"
+
+    def _print(self, expr, **kwargs):
+        if isinstance(expr, sp.Expr) and expr.is_number and not expr.is_Integer:
+            return repr(float(sp.N(expr, 30)))
+        return super()._print(expr, **kwargs)
+
+    def _print_Integer(self, expr):
+        return repr(int(expr))
+
+    _print_Zero = _print_One = _print_NegativeOne = _print_Integer
+
+    def _print_Pow(self, expr):
+        base, e = self._print(expr.base), expr.exp
+        if e == sp.Rational(1, 2):
+            return f"np.sqrt(_f({base}))"
+        return f"np.power(_f({base}), {self._print(e)})"
+
+    def _print_exp(self, expr):
+        return f"np.exp(_f({self._print(expr.args[0])}))"
+
+    def _print_log(self, expr):
+        return f"np.log(_f({self._print(expr.args[0])}))"
+
+    def _print_Abs(self, expr):
+        return f"np.abs(_f({self._print(expr.args[0])}))"
+
+    def _print_ceiling(self, expr):
+        return f"np.ceil(_f({self._print(expr.args[0])}))"
+
+    def _print_floor(self, expr):
+        return f"np.floor(_f({self._print(expr.args[0])}))"
+
+    def _print_Min(self, expr):
+        return "_min(" + ", ".join(self._print(a) for a in expr.args) + ")"
+
+    def _print_Max(self, expr):
+        return "_max(" + ", ".join(self._print(a) for a in expr.args) + ")"
+
+
+NUMPY_HELPERS = '''
+def _f(v):
+    return np.asarray(v, dtype=np.float64)
+
+
+def _min(*xs):
+    out = _f(xs[0])
+    for v in xs[1:]:
+        out = np.minimum(out, _f(v))
+    return out
+
+
+def _max(*xs):
+    out = _f(xs[0])
+    for v in xs[1:]:
+        out = np.maximum(out, _f(v))
+    return out
+'''
+"""Source of the helpers every numpy callable uses; copied into the generated numpy module."""
+
+
+def numpy_source(expr: sp.Expr, args: Sequence[sp.Symbol]) -> str:
+    """The Python source (over numpy) of ``expr`` with positional arguments ``_x0, _x1, ...``."""
+    return NumpyPrinter(_argnames(args)).doprint(expr)
+
+
+def to_numpy(expr: sp.Expr, args: Sequence[sp.Symbol]) -> Callable:
+    """Callable over numpy arrays (float64, broadcasting); plain float arithmetic, no error bounds."""
+    import numpy as np
+
+    ns = {"np": np}
+    exec(compile(NUMPY_HELPERS, "<specbound.derivation.backends.NUMPY_HELPERS>", "exec"), ns)  # noqa: S102
+    inner = _compile(numpy_source(expr, args), ns, len(args))
+    f = _f_wrap = lambda *values: ns["_f"](inner(*values))  # noqa: E731
+    f.source = inner.source
+    return _f_wrap
+
+
 def _compile(source: str, namespace: dict, nargs: int) -> Callable:
     params = ", ".join(f"_x{i}" for i in range(nargs))
     code = f"def _f({params}):\n    return {source}\n"
@@ -182,56 +265,69 @@ def _compile(source: str, namespace: dict, nargs: int) -> Callable:
 
 # -- Arb ------------------------------------------------------------------------------------------
 
+ARB_HELPERS = '''
+def _as_arb(v):
+    if isinstance(v, arb):
+        return v
+    if isinstance(v, (int, fmpz, fmpq)) and not isinstance(v, bool):
+        return arb(v)
+    if isinstance(v, float):
+        return arb(v)  # exact: a binary64 value is a dyadic rational
+    raise TypeError(f"Arb backend: cannot take {type(v).__name__} exactly")
+
+
+def _powi(b, e):
+    return b**e if e >= 0 else 1 / (b ** (-e))
+
+
+def _powq(b, num, den):
+    if den == 2 and num == 1:
+        return b.sqrt()
+    if den == 2 and num == -1:
+        return b.rsqrt()
+    rt = b.root(den)  # real root, b >= 0
+    return _powi(rt, num)
+
+
+def _pow(b, e):
+    return b**e
+
+
+def _ceil_up(x):
+    # exact integer >= every point of the ball (see the module docstring of
+    # specbound.derivation.backends for why this is valid)
+    return x.upper().ceil()
+
+
+def _floor_down(x):
+    return x.lower().floor()
+
+
+def _min(*xs):
+    out = xs[0]
+    for v in xs[1:]:
+        out = arb.min(out, v)
+    return out
+
+
+def _max(*xs):
+    out = xs[0]
+    for v in xs[1:]:
+        out = arb.max(out, v)
+    return out
+'''
+"""Source of the helpers every Arb callable uses (over ``arb, fmpq, fmpz`` from python-flint).
+Defined once here; scripts/generate_derived.py copies it verbatim into the generated Arb module."""
+
+
 def _arb_namespace() -> dict:
     # flint is imported here, not at module import: derivation/ stays free of any numeric backend
     # (the SymPy layer and the CLI's start-up load neither flint nor torch).
     from flint import arb, fmpq, fmpz
 
-    def as_arb(v):
-        if isinstance(v, arb):
-            return v
-        if isinstance(v, (int, fmpz, fmpq)) and not isinstance(v, bool):
-            return arb(v)
-        if isinstance(v, float):
-            return arb(v)  # exact: a binary64 value is a dyadic rational
-        raise TypeError(f"Arb backend: cannot take {type(v).__name__} exactly")
-
-    def powi(b, e):
-        return b**e if e >= 0 else 1 / (b ** (-e))
-
-    def powq(b, num, den):
-        if den == 2 and num == 1:
-            return b.sqrt()
-        if den == 2 and num == -1:
-            return b.rsqrt()
-        rt = b.root(den)  # real root, b >= 0
-        return powi(rt, num)
-
-    def pow_(b, e):
-        return b**e
-
-    def ceil_up(x):
-        # exact integer >= every point of the ball (see module docstring for why this is valid)
-        return x.upper().ceil()
-
-    def floor_down(x):
-        return x.lower().floor()
-
-    def min_(*xs):
-        out = xs[0]
-        for v in xs[1:]:
-            out = arb.min(out, v)
-        return out
-
-    def max_(*xs):
-        out = xs[0]
-        for v in xs[1:]:
-            out = arb.max(out, v)
-        return out
-
-    return {"arb": arb, "fmpq": fmpq, "_powi": powi, "_powq": powq, "_pow": pow_,
-            "_ceil_up": ceil_up, "_floor_down": floor_down, "_min": min_, "_max": max_,
-            "_as_arb": as_arb}
+    ns = {"arb": arb, "fmpq": fmpq, "fmpz": fmpz}
+    exec(compile(ARB_HELPERS, "<specbound.derivation.backends.ARB_HELPERS>", "exec"), ns)  # noqa: S102
+    return ns
 
 
 def arb_source(expr: sp.Expr, args: Sequence[sp.Symbol]) -> str:
@@ -389,7 +485,7 @@ def rounding_violations(expr: sp.Basic) -> list[str]:
 
 # -- convenience ----------------------------------------------------------------------------------
 
-BACKENDS = {"arb": to_arb, "torch": to_torch, "mpmath": to_mpmath}
+BACKENDS = {"arb": to_arb, "torch": to_torch, "mpmath": to_mpmath, "numpy": to_numpy}
 
 
 def default_args(expr: sp.Basic) -> tuple[sp.Symbol, ...]:

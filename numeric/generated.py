@@ -15,3 +15,650 @@ def grid_size_float(L, N):
 def grid_point(i, m_grid):
     """posthoc.GRID_POINT = i / m (with Python ints: the correctly rounded float64 of the rational)."""
     return i/m_grid
+
+
+# -- the theorem's fields in numpy (float64, uncertified: the planner's choices) --------------
+
+import numpy as np
+
+def _f(v):
+    return np.asarray(v, dtype=np.float64)
+
+
+def _min(*xs):
+    out = _f(xs[0])
+    for v in xs[1:]:
+        out = np.minimum(out, _f(v))
+    return out
+
+
+def _max(*xs):
+    out = _f(xs[0])
+    for v in xs[1:]:
+        out = np.maximum(out, _f(v))
+    return out
+
+
+def _n0(_x0, _x1):
+    return (_x1 * (1 + (2 * _x0)))
+
+
+def _n1(_x0, _x1, _x2):
+    return (_x0 * _x1 * _x2 * 1.1289041451851547)
+
+
+def _n2(_x0, _x1):
+    return (_x0 * _x1)
+
+
+def _n3(_x0, _x1, _x2, _x3):
+    return (_x0 * _x1 * _x2 * np.power(_f(_x3), -1))
+
+
+def _n4(_x0, _x1, _x2, _x3, _x4, _x5):
+    return (np.power(_f(_x3), -1) + (np.power(_f((0.5 * _x4)), (2 * np.power(_f((2 + _x4)), -1))) * np.power(_f((0.5 * _x5 * _x1 * np.power(_f(2), _x4) * np.power(_f(_x2), _x4) * np.power(_f(_x3), -1) * np.log(_f((1 + (8 * _x0 * _x2 * _x3)))))), np.power(_f((2 + _x4)), -1)) * (1 + (2 * np.power(_f(_x4), -1)))))
+
+
+def _n5(_x0, _x1, _x2, _x3, _x4, _x5):
+    return (np.power(_f(_x3), -1) + (0.5 * 1.4142135623730951 * np.sqrt(_f(_x1)) * np.power(_f(_x3), -0.5) * np.sqrt(_f(_min(_x4, _x5))) * np.sqrt(_f(np.log(_f((1 + (4 * _x0 * _x2 * _x3))))))))
+
+
+def _n6(_x0, _x1, _x2, _x3, _x4):
+    return (_x2 + np.power(_f(_x3), -1) + (0.5 * 1.4142135623730951 * np.sqrt(_f(_x1)) * np.power(_f(_x3), -0.5) * np.sqrt(_f(np.log(_f((1 + (2 * _x0 * _x3 * np.power(_f(_x4), -1)))))))))
+
+
+def _n7(_x0, _x1, _x2, _x3, _x4, _x5, _x6):
+    return (_x1 * _min(_x4, _max(0, (-1 + np.ceil(_f((_x5 * np.power(_f((2 * _x2 * np.power(_f(_x6), -1))), _x3))))))) * np.log(_f((1 + (8 * _x0 * _x2 * np.power(_f(_x6), -1))))))
+
+
+def _n8(_x0, _x1, _x2, _x3, _x4, _x5):
+    return (_x1 * _min(_x3, _x4) * np.log(_f((1 + (4 * _x0 * _x2 * np.power(_f(_x5), -1))))))
+
+
+def _n9(_x0, _x1, _x2, _x3):
+    return (_x1 * np.log(_f((1 + (2 * _x0 * np.power(_f(_x2), -1) * np.power(_f(_x3), -1))))))
+
+
+def _n10(_x0, _x1, _x2):
+    return (_x1 + (0.5 * 1.4142135623730951 * np.sqrt(_f(_x0)) * np.power(_f(_x2), -0.5)))
+
+
+def _n11(_x0, _x1, _x2, _x3, _x4, _x5, _x6):
+    return (0.5 * np.power(_f(2), (0.5 * _x4)) * np.sqrt(_f(_x5)) * np.sqrt(_f(_x2)) * np.power(_f((_x6 * np.power(_f(_x3), -1))), (-0.5 * _x4)) * np.power(_f((-2 + _x4)), -1) * np.sqrt(_f(np.log(_f((1 + (8 * _x1 * _x3 * np.power(_f(_x0), -1) * np.power(_f(_x6), -1))))))) * ((-1 * np.power(_f(2), _x4)) + (4 * np.power(_f(_x0), (1 + (-0.5 * _x4))))))
+
+
+def _n12(_x0, _x1, _x2, _x3, _x4, _x5):
+    return (2 * _x3 * np.sqrt(_f(_x4)) * np.power(_f(_x5), -1) * np.sqrt(_f(_x2)) * np.sqrt(_f(np.log(_f((1 + (8 * _x1 * _x3 * np.power(_f(_x0), -1) * np.power(_f(_x5), -1))))))) * (-1.3862943611198906 + (-1 * np.log(_f(_x0)))))
+
+
+def _n13(_x0, _x1, _x2, _x3, _x4, _x5, _x6):
+    return (np.sqrt(_f(_x2)) * np.sqrt(_f(_min(_x4, _x5))) * np.sqrt(_f(np.log(_f((1 + (4 * _x1 * _x3 * np.power(_f(_x0), -1) * np.power(_f(_x6), -1))))))) * (0.25 + (-1 * _x0)))
+
+
+def _n14(_x0, _x1, _x2, _x3, _x4):
+    return (np.sqrt(_f(_x1)) * np.sqrt(_f(np.log(_f((1 + (2 * _x0 * np.power(_f(_x2), -1) * np.power(_f(_x3), -1) * np.power(_f(_x4), -1))))))) * (0.25 + (-1 * _x2)))
+
+
+def _n15(_x0, _x1, _x2, _x3, _x4, _x5, _x6):
+    return ((4 * _x3) + (12 * np.power(_f(_x4), -0.5) * (_x1 + (np.sqrt(_f(_x2)) * np.sqrt(_f(np.log(_f((1 + (2 * _x0 * np.power(_f(_x3), -1) * np.power(_f(_x5), -1) * np.power(_f(_x6), -1))))))) * (0.25 + (-1 * _x3))))))
+
+
+def _n16(_x0, _x1, _x2):
+    return (np.log(_f(((2 + np.abs(_f(_x0))) * (1.5 + (1.5 * np.abs(_f(_x0))))))) + np.log(_f(((2 + np.abs(_f(_x1))) * (1.5 + (1.5 * np.abs(_f(_x1))))))) + np.log(_f((1 + (2 * _x2)))))
+
+
+def _n17(_x0, _x1, _x2):
+    return (np.log(_f(((2 + np.abs(_f(_x0))) * (1.5 + (1.5 * np.abs(_f(_x0))))))) + np.log(_f((1 + _x2))) + np.log(_f((1 + (2 * _x1)))))
+
+
+def _n18(_x0, _x1, _x2):
+    return (_x0 + np.log(_f(((2 + np.abs(_f(_x1))) * (1.5 + (1.5 * np.abs(_f(_x1))))))) + np.log(_f(((2 + np.abs(_f(_x2))) * (1.5 + (1.5 * np.abs(_f(_x2))))))))
+
+
+def _n19(_x0, _x1, _x2):
+    return (1.5 * 1.4142135623730951 * np.power(_f(_x2), -0.5) * np.sqrt(_f((_x0 + np.log(_f((2 * np.power(_f(_x1), -1))))))))
+
+
+def _n20(_x0, _x1, _x2, _x3, _x4, _x5):
+    return (_x4 + (2 * _min(_x0, _x2)) + (1.5 * 1.4142135623730951 * np.power(_f(_x5), -0.5) * np.sqrt(_f((_x1 + np.log(_f((2 * np.power(_f(_x3), -1)))))))))
+
+
+def _n21(_x0, _x1, _x2):
+    return (_x0 * _x1 * _x2 * 1.1289041451851547)
+
+
+def _n22(_x0, _x1):
+    return (_x0 * _x1 * 1.1289041451851547)
+
+
+def _n23(_x0):
+    return (_x0 * 1.1289041451851547)
+
+
+def _n24(_x0):
+    return _x0
+
+
+def _n25():
+    return 1
+
+
+def _n26(_x0, _x1, _x2, _x3, _x4, _x5):
+    return (np.power(_f((0.5 * _x4)), (2 * np.power(_f((2 + _x4)), -1))) * np.power(_f((0.5 * _x5 * _x1 * np.power(_f(2), _x4) * np.power(_f(_x2), _x4) * np.power(_f(_x3), -1) * np.log(_f((1 + (8 * _x0 * _x2 * _x3)))))), np.power(_f((2 + _x4)), -1)))
+
+
+def _n27(_x0, _x1):
+    return _min(1, _max(0, (1 + (-1 * _x0 * np.power(_f(_x1), -1)))))
+
+
+def _n28(_x0):
+    return _x0
+
+
+def _n29(_x0, _x1, _x2):
+    return ((4 * _x1) + (12 * _x0 * np.power(_f(_x2), -0.5)))
+
+
+def _n30(_x0, _x1):
+    return (_x0 + np.log(_f(((2 + np.abs(_f(_x1))) * (1.5 + (1.5 * np.abs(_f(_x1))))))))
+
+
+def _n31(_x0, _x1, _x2):
+    return (0.75 * 1.4142135623730951 * np.power(_f(_x2), -0.5) * np.power(_f((_x0 + np.log(_f((2 * np.power(_f(_x1), -1)))))), -0.5))
+
+
+def _n32(_x0, _x1):
+    return (0.25 * 1.4142135623730951 * np.power(_f(_x0), -0.5) * np.power(_f(_x1), -0.5))
+
+
+def _n33(_x0, _x1, _x2):
+    return ((1 + _x0) * (1 + (_x1 * _x2 * 1.1289041451851547)))
+
+
+def _n34(_x0, _x1, _x2):
+    return (_x0 * (1 + (_x1 * _x2 * 1.1289041451851547)))
+
+
+def _n35(_x0, _x1):
+    return (1 + (_x0 * _x1 * 1.1289041451851547))
+
+
+def _n36(_x0, _x1, _x2):
+    return (_x2 * (1 + (2 * _x0 * _x1)))
+
+
+def _n37(_x0, _x1, _x2, _x3):
+    return (_x0 * _x1 * _x2 * _x3 * 2.128904145185155)
+
+
+def _n38(_x0, _x1, _x2, _x3, _x4):
+    return (_x0 * _x1 * _x2 * _x3 * _x4 * 2.128904145185155)
+
+
+def _n39(_x0, _x1, _x2, _x3):
+    return (_x0 * _x1 * _x2 * _x3 * 2.128904145185155)
+
+
+def _n40(_x0, _x1, _x2):
+    return (_x0 * _x1 * _x2 * 2.128904145185155)
+
+
+def _n41(_x0, _x1):
+    return (_x0 * _x1 * 1.1289041451851547)
+
+
+def _n42(_x0, _x1):
+    return (_x0 * _x1)
+
+
+def _n43(_x0, _x1):
+    return (_x0 * _x1)
+
+
+def _n44(_x0, _x1, _x2, _x3):
+    return ((1 + _x0) * (1 + (_x1 * _x2 * _x3 * 2.128904145185155)))
+
+
+def _n45(_x0, _x1, _x2, _x3, _x4):
+    return (_x2 * _x4 * (1 + (_x0 * _x1 * _x3 * 2.128904145185155)))
+
+
+def _n46(_x0, _x1, _x2, _x3):
+    return (_x0 * (1 + (_x1 * _x2 * _x3 * 2.128904145185155)))
+
+
+def _n47(_x0, _x1, _x2):
+    return (1 + (_x0 * _x1 * _x2 * 2.128904145185155))
+
+
+def _n48(_x0, _x1, _x2):
+    return (1.13 * _x0 * _x1 * _x2)
+
+
+def _n49(_x0, _x1, _x2):
+    return (1.13 * _x0 * _x1 * _x2)
+
+
+def _n50(_x0, _x1):
+    return (1.13 * _x0 * _x1)
+
+
+def _n51(_x0):
+    return (1.13 * _x0)
+
+
+def _n52(_x0, _x1, _x2):
+    return ((1 + _x0) * (1 + (1.13 * _x1 * _x2)))
+
+
+def _n53(_x0, _x1, _x2):
+    return (_x0 * (1 + (1.13 * _x1 * _x2)))
+
+
+def _n54(_x0, _x1):
+    return (1 + (1.13 * _x0 * _x1))
+
+
+def _n55(_x0, _x1, _x2, _x3):
+    return (2.13 * _x0 * _x1 * _x2 * _x3)
+
+
+def _n56(_x0, _x1, _x2, _x3, _x4):
+    return (2.13 * _x0 * _x1 * _x2 * _x3 * _x4)
+
+
+def _n57(_x0, _x1, _x2, _x3):
+    return (2.13 * _x0 * _x1 * _x2 * _x3)
+
+
+def _n58(_x0, _x1, _x2):
+    return (2.13 * _x0 * _x1 * _x2)
+
+
+def _n59(_x0, _x1):
+    return (1.13 * _x0 * _x1)
+
+
+def _n60(_x0, _x1, _x2, _x3):
+    return ((1 + _x0) * (1 + (2.13 * _x1 * _x2 * _x3)))
+
+
+def _n61(_x0, _x1, _x2, _x3, _x4):
+    return (_x2 * _x4 * (1 + (2.13 * _x0 * _x1 * _x3)))
+
+
+def _n62(_x0, _x1, _x2, _x3):
+    return (_x0 * (1 + (2.13 * _x1 * _x2 * _x3)))
+
+
+def _n63(_x0, _x1, _x2):
+    return (1 + (2.13 * _x0 * _x1 * _x2))
+
+
+def _n64(_x0, _x1, _x2):
+    return (_x0 * _x1 * _x2)
+
+
+def _n65(_x0, _x1, _x2):
+    return (_x0 * _x1 * _x2)
+
+
+def _n66(_x0, _x1):
+    return (_x0 * _x1)
+
+
+def _n67(_x0):
+    return _x0
+
+
+def _n68(_x0, _x1, _x2):
+    return ((1 + _x0) * (1 + (_x1 * _x2)))
+
+
+def _n69(_x0, _x1, _x2):
+    return (_x0 * (1 + (_x1 * _x2)))
+
+
+def _n70(_x0, _x1):
+    return (1 + (_x0 * _x1))
+
+
+def _n71(_x0, _x1, _x2, _x3):
+    return (2 * _x0 * _x1 * _x2 * _x3)
+
+
+def _n72(_x0, _x1, _x2, _x3, _x4):
+    return (2 * _x0 * _x1 * _x2 * _x3 * _x4)
+
+
+def _n73(_x0, _x1, _x2, _x3):
+    return (2 * _x0 * _x1 * _x2 * _x3)
+
+
+def _n74(_x0, _x1, _x2):
+    return (2 * _x0 * _x1 * _x2)
+
+
+def _n75(_x0, _x1):
+    return (_x0 * _x1)
+
+
+def _n76(_x0, _x1, _x2, _x3):
+    return ((1 + _x0) * (1 + (2 * _x1 * _x2 * _x3)))
+
+
+def _n77(_x0, _x1, _x2, _x3, _x4):
+    return (_x2 * _x4 * (1 + (2 * _x0 * _x1 * _x3)))
+
+
+def _n78(_x0, _x1, _x2, _x3):
+    return (_x0 * (1 + (2 * _x1 * _x2 * _x3)))
+
+
+def _n79(_x0, _x1, _x2):
+    return (1 + (2 * _x0 * _x1 * _x2))
+
+
+def _n80(_x0, _x1, _x2):
+    return (1.099839320128867 * _x0 * _x1 * _x2)
+
+
+def _n81(_x0, _x1, _x2):
+    return (1.099839320128867 * _x0 * _x1 * _x2)
+
+
+def _n82(_x0, _x1):
+    return (1.099839320128867 * _x0 * _x1)
+
+
+def _n83(_x0):
+    return (1.099839320128867 * _x0)
+
+
+def _n84(_x0, _x1, _x2):
+    return ((1 + _x0) * (1 + (1.099839320128867 * _x1 * _x2)))
+
+
+def _n85(_x0, _x1, _x2):
+    return (_x0 * (1 + (1.099839320128867 * _x1 * _x2)))
+
+
+def _n86(_x0, _x1):
+    return (1 + (1.099839320128867 * _x0 * _x1))
+
+
+def _n87(_x0, _x1, _x2, _x3):
+    return (2.0998393201288668 * _x0 * _x1 * _x2 * _x3)
+
+
+def _n88(_x0, _x1, _x2, _x3, _x4):
+    return (2.0998393201288668 * _x0 * _x1 * _x2 * _x3 * _x4)
+
+
+def _n89(_x0, _x1, _x2, _x3):
+    return (2.0998393201288668 * _x0 * _x1 * _x2 * _x3)
+
+
+def _n90(_x0, _x1, _x2):
+    return (2.0998393201288668 * _x0 * _x1 * _x2)
+
+
+def _n91(_x0, _x1):
+    return (1.099839320128867 * _x0 * _x1)
+
+
+def _n92(_x0, _x1, _x2, _x3):
+    return ((1 + _x0) * (1 + (2.0998393201288668 * _x1 * _x2 * _x3)))
+
+
+def _n93(_x0, _x1, _x2, _x3, _x4):
+    return (_x2 * _x4 * (1 + (2.0998393201288668 * _x0 * _x1 * _x3)))
+
+
+def _n94(_x0, _x1, _x2, _x3):
+    return (_x0 * (1 + (2.0998393201288668 * _x1 * _x2 * _x3)))
+
+
+def _n95(_x0, _x1, _x2):
+    return (1 + (2.0998393201288668 * _x0 * _x1 * _x2))
+
+
+def _n96(_x0, _x1, _x2, _x3, _x4, _x5, _x6):
+    return (np.power(_f(2), (0.5 * _x4)) * np.sqrt(_f(_x5)) * np.sqrt(_f(_x2)) * np.power(_f((_x6 * np.power(_f(_x3), -1))), (-0.5 * _x4)) * np.power(_f((-2 + _x4)), -1) * np.sqrt(_f(np.log(_f((1 + (8 * _x1 * _x3 * np.power(_f(_x0), -1) * np.power(_f(_x6), -1))))))) * ((-1 * np.power(_f(2), (0.5 * _x4))) + (2 * np.power(_f(_x0), (1 + (-0.5 * _x4))))))
+
+
+def _n97(_x0, _x1, _x2, _x3, _x4, _x5):
+    return (2 * _x3 * np.sqrt(_f(_x4)) * np.power(_f(_x5), -1) * np.sqrt(_f(_x2)) * np.sqrt(_f(np.log(_f((1 + (8 * _x1 * _x3 * np.power(_f(_x0), -1) * np.power(_f(_x5), -1))))))) * (-0.6931471805599453 + (-1 * np.log(_f(_x0)))))
+
+
+def _n98(_x0, _x1, _x2, _x3, _x4, _x5, _x6):
+    return (np.sqrt(_f(_x2)) * np.sqrt(_f(_min(_x4, _x5))) * np.sqrt(_f(np.log(_f((1 + (4 * _x1 * _x3 * np.power(_f(_x0), -1) * np.power(_f(_x6), -1))))))) * (0.5 + (-1 * _x0)))
+
+
+def _n99(_x0, _x1, _x2, _x3, _x4):
+    return (np.sqrt(_f(_x1)) * np.sqrt(_f(np.log(_f((1 + (2 * _x0 * np.power(_f(_x2), -1) * np.power(_f(_x3), -1) * np.power(_f(_x4), -1))))))) * (0.5 + (-1 * _x2)))
+
+
+def _n100(_x0, _x1, _x2, _x3, _x4, _x5, _x6):
+    return ((4 * _x3) + (12 * np.power(_f(_x4), -0.5) * (_x1 + (np.sqrt(_f(_x2)) * np.sqrt(_f(np.log(_f((1 + (2 * _x0 * np.power(_f(_x3), -1) * np.power(_f(_x5), -1) * np.power(_f(_x6), -1))))))) * (0.5 + (-1 * _x3))))))
+
+
+def _n101(_x0, _x1, _x2, _x3, _x4, _x5):
+    return (np.power(_f(_x3), -1) + (np.power(_f((0.5 * _x4)), (2 * np.power(_f((2 + _x4)), -1))) * np.power(_f((2 * _x5 * _x1 * np.power(_f(2), _x4) * np.power(_f(_x2), _x4) * np.power(_f(_x3), -1) * np.log(_f((1 + (8 * _x0 * _x2 * _x3)))))), np.power(_f((2 + _x4)), -1)) * (1 + (2 * np.power(_f(_x4), -1)))))
+
+
+def _n102(_x0, _x1, _x2, _x3, _x4, _x5):
+    return (np.power(_f(_x3), -1) + (1.4142135623730951 * np.sqrt(_f(_x1)) * np.power(_f(_x3), -0.5) * np.sqrt(_f(_min(_x4, _x5))) * np.sqrt(_f(np.log(_f((1 + (4 * _x0 * _x2 * _x3))))))))
+
+
+def _n103(_x0, _x1, _x2, _x3, _x4):
+    return (_x2 + np.power(_f(_x3), -1) + (1.4142135623730951 * np.sqrt(_f(_x1)) * np.power(_f(_x3), -0.5) * np.sqrt(_f(np.log(_f((1 + (2 * _x0 * _x3 * np.power(_f(_x4), -1)))))))))
+
+
+def _n104(_x0, _x1, _x2):
+    return (_x1 + (1.4142135623730951 * np.sqrt(_f(_x0)) * np.power(_f(_x2), -0.5)))
+
+
+def _n105(_x0, _x1, _x2, _x3, _x4, _x5):
+    return (np.power(_f((0.5 * _x4)), (2 * np.power(_f((2 + _x4)), -1))) * np.power(_f((2 * _x5 * _x1 * np.power(_f(2), _x4) * np.power(_f(_x2), _x4) * np.power(_f(_x3), -1) * np.log(_f((1 + (8 * _x0 * _x2 * _x3)))))), np.power(_f((2 + _x4)), -1)))
+
+
+def _n106(_x0, _x1):
+    return (0.5 * 1.4142135623730951 * np.power(_f(_x0), -0.5) * np.power(_f(_x1), -0.5))
+
+
+FUNCTIONS = (_n0, _n1, _n2, _n3, _n4, _n5, _n6, _n7, _n8, _n9, _n10, _n11, _n12, _n13, _n14, _n15, _n16, _n17, _n18, _n19, _n20, _n21, _n22, _n23, _n24, _n25, _n26, _n27, _n28, _n29, _n30, _n31, _n32, _n33, _n34, _n35, _n36, _n37, _n38, _n39, _n40, _n41, _n42, _n43, _n44, _n45, _n46, _n47, _n48, _n49, _n50, _n51, _n52, _n53, _n54, _n55, _n56, _n57, _n58, _n59, _n60, _n61, _n62, _n63, _n64, _n65, _n66, _n67, _n68, _n69, _n70, _n71, _n72, _n73, _n74, _n75, _n76, _n77, _n78, _n79, _n80, _n81, _n82, _n83, _n84, _n85, _n86, _n87, _n88, _n89, _n90, _n91, _n92, _n93, _n94, _n95, _n96, _n97, _n98, _n99, _n100, _n101, _n102, _n103, _n104, _n105, _n106,)
+ARGS = (
+    ('c_A', 'c_V'),
+    ('Sigma_h', 'c_in', 'c_out'),
+    ('alpha', 'mathcal_L'),
+    ('B_w', 'alpha', 'gamma', 'rho'),
+    ('c', 'd', 'kappa', 'n', 'p', 's'),
+    ('c', 'd', 'kappa', 'n', 'r_max', 's'),
+    ('B_w', 'N', 'T_sum', 'n', 'rho'),
+    ('c', 'd', 'kappa', 'p', 'r_max', 's', 'u'),
+    ('c', 'd', 'kappa', 'r_max', 's', 'u'),
+    ('B_w', 'N', 'rho', 'u_w'),
+    ('H_total', 'U_total', 'n'),
+    ('alpha_D', 'c', 'd', 'kappa', 'p', 's', 'vartheta'),
+    ('alpha_D', 'c', 'd', 'kappa', 's', 'vartheta'),
+    ('alpha_D', 'c', 'd', 'kappa', 'r_max', 's', 'vartheta'),
+    ('B_w', 'N', 'alpha_D', 'rho', 'vartheta_w'),
+    ('B_w', 'D_sum', 'N', 'alpha_D', 'n', 'rho', 'vartheta_w'),
+    ('k_c', 'k_s', 'm_grid'),
+    ('k_c', 'm_grid', 'r_max'),
+    ('Lambda_sum', 'k_rho', 'k_w'),
+    ('Lambda', 'delta', 'n'),
+    ('DD', 'Lambda', 'SS', 'delta', 'hat_E', 'n'),
+    ('c_V', 'c_in', 'c_out'),
+    ('c_in', 'c_out'),
+    ('c_out',),
+    ('c_in',),
+    (),
+    ('c', 'd', 'kappa', 'n', 'p', 's'),
+    ('a', 'rho'),
+    ('T_sum',),
+    ('D_sum', 'alpha_D', 'n'),
+    ('Lambda_sum', 'k_rho'),
+    ('Lambda', 'delta', 'n'),
+    ('H_total', 'n'),
+    ('Sigma_h', 'c_in', 'c_out'),
+    ('c_V', 'c_in', 'c_out'),
+    ('c_in', 'c_out'),
+    ('c_K', 'c_Q', 'c_V'),
+    ('Sigma_h', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_K', 'c_U', 'c_V'),
+    ('Sigma_g', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_U'),
+    ('c_D', 'c_G'),
+    ('c_G', 'c_U'),
+    ('Sigma_h', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_K', 'c_U', 'c_V'),
+    ('Sigma_g', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_U'),
+    ('Sigma_h', 'c_in', 'c_out'),
+    ('c_V', 'c_in', 'c_out'),
+    ('c_in', 'c_out'),
+    ('c_out',),
+    ('Sigma_h', 'c_in', 'c_out'),
+    ('c_V', 'c_in', 'c_out'),
+    ('c_in', 'c_out'),
+    ('Sigma_h', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_K', 'c_U', 'c_V'),
+    ('Sigma_g', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_U'),
+    ('Sigma_h', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_K', 'c_U', 'c_V'),
+    ('Sigma_g', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_U'),
+    ('Sigma_h', 'c_in', 'c_out'),
+    ('c_V', 'c_in', 'c_out'),
+    ('c_in', 'c_out'),
+    ('c_out',),
+    ('Sigma_h', 'c_in', 'c_out'),
+    ('c_V', 'c_in', 'c_out'),
+    ('c_in', 'c_out'),
+    ('Sigma_h', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_K', 'c_U', 'c_V'),
+    ('Sigma_g', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_U'),
+    ('Sigma_h', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_K', 'c_U', 'c_V'),
+    ('Sigma_g', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_U'),
+    ('Sigma_h', 'c_in', 'c_out'),
+    ('c_V', 'c_in', 'c_out'),
+    ('c_in', 'c_out'),
+    ('c_out',),
+    ('Sigma_h', 'c_in', 'c_out'),
+    ('c_V', 'c_in', 'c_out'),
+    ('c_in', 'c_out'),
+    ('Sigma_h', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_K', 'c_U', 'c_V'),
+    ('Sigma_g', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_U'),
+    ('Sigma_h', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_K', 'c_U', 'c_V'),
+    ('Sigma_g', 'c_D', 'c_G', 'c_U'),
+    ('c_D', 'c_G', 'c_U'),
+    ('alpha_D', 'c', 'd', 'kappa', 'p', 's', 'vartheta'),
+    ('alpha_D', 'c', 'd', 'kappa', 's', 'vartheta'),
+    ('alpha_D', 'c', 'd', 'kappa', 'r_max', 's', 'vartheta'),
+    ('B_w', 'N', 'alpha_D', 'rho', 'vartheta_w'),
+    ('B_w', 'D_sum', 'N', 'alpha_D', 'n', 'rho', 'vartheta_w'),
+    ('c', 'd', 'kappa', 'n', 'p', 's'),
+    ('c', 'd', 'kappa', 'n', 'r_max', 's'),
+    ('B_w', 'N', 'T_sum', 'n', 'rho'),
+    ('H_total', 'U_total', 'n'),
+    ('c', 'd', 'kappa', 'n', 'p', 's'),
+    ('H_total', 'n'),
+)
+
+#: (massart, dudley, activation, model) -> {field name: index into FUNCTIONS}; every
+#: function takes the sorted free symbols of its expression (names in ARGS)
+THEOREMS = {
+    ('centred', 'centred', 'gelu', 'plain'): {'head_summand': 0, 'layer_lipschitz': 1, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 21, 'gamma_V': 22, 'gamma_M_in': 23, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'gelu', 'residual'): {'head_summand': 0, 'layer_lipschitz': 33, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 34, 'gamma_V': 35, 'gamma_M_in': 23, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'gelu', 'causal'): {'head_summand': 0, 'layer_lipschitz': 1, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 21, 'gamma_V': 22, 'gamma_M_in': 23, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'gelu', 'ls'): {'head_summand': 36, 'layer_lipschitz': 37, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 38, 'gamma_K': 39, 'gamma_Vt': 40, 'gamma_G': 41, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'gelu', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 44, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 45, 'gamma_K': 46, 'gamma_Vt': 47, 'gamma_G': 41, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'gelu_tanh', 'plain'): {'head_summand': 0, 'layer_lipschitz': 48, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 49, 'gamma_V': 50, 'gamma_M_in': 51, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'gelu_tanh', 'residual'): {'head_summand': 0, 'layer_lipschitz': 52, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 53, 'gamma_V': 54, 'gamma_M_in': 51, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'gelu_tanh', 'causal'): {'head_summand': 0, 'layer_lipschitz': 48, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 49, 'gamma_V': 50, 'gamma_M_in': 51, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'gelu_tanh', 'ls'): {'head_summand': 36, 'layer_lipschitz': 55, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 56, 'gamma_K': 57, 'gamma_Vt': 58, 'gamma_G': 59, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'gelu_tanh', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 60, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 61, 'gamma_K': 62, 'gamma_Vt': 63, 'gamma_G': 59, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'relu', 'plain'): {'head_summand': 0, 'layer_lipschitz': 64, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 65, 'gamma_V': 66, 'gamma_M_in': 67, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'relu', 'residual'): {'head_summand': 0, 'layer_lipschitz': 68, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 69, 'gamma_V': 70, 'gamma_M_in': 67, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'relu', 'causal'): {'head_summand': 0, 'layer_lipschitz': 64, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 65, 'gamma_V': 66, 'gamma_M_in': 67, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'relu', 'ls'): {'head_summand': 36, 'layer_lipschitz': 71, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 72, 'gamma_K': 73, 'gamma_Vt': 74, 'gamma_G': 75, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'relu', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 76, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 77, 'gamma_K': 78, 'gamma_Vt': 79, 'gamma_G': 75, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'silu', 'plain'): {'head_summand': 0, 'layer_lipschitz': 80, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 81, 'gamma_V': 82, 'gamma_M_in': 83, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'silu', 'residual'): {'head_summand': 0, 'layer_lipschitz': 84, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 85, 'gamma_V': 86, 'gamma_M_in': 83, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'silu', 'causal'): {'head_summand': 0, 'layer_lipschitz': 80, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 81, 'gamma_V': 82, 'gamma_M_in': 83, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'silu', 'ls'): {'head_summand': 36, 'layer_lipschitz': 87, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 88, 'gamma_K': 89, 'gamma_Vt': 90, 'gamma_G': 91, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'centred', 'silu', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 92, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 93, 'gamma_K': 94, 'gamma_Vt': 95, 'gamma_G': 91, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'gelu', 'plain'): {'head_summand': 0, 'layer_lipschitz': 1, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 21, 'gamma_V': 22, 'gamma_M_in': 23, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'gelu', 'residual'): {'head_summand': 0, 'layer_lipschitz': 33, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 34, 'gamma_V': 35, 'gamma_M_in': 23, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'gelu', 'causal'): {'head_summand': 0, 'layer_lipschitz': 1, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 21, 'gamma_V': 22, 'gamma_M_in': 23, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'gelu', 'ls'): {'head_summand': 36, 'layer_lipschitz': 37, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 38, 'gamma_K': 39, 'gamma_Vt': 40, 'gamma_G': 41, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'gelu', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 44, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 45, 'gamma_K': 46, 'gamma_Vt': 47, 'gamma_G': 41, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'gelu_tanh', 'plain'): {'head_summand': 0, 'layer_lipschitz': 48, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 49, 'gamma_V': 50, 'gamma_M_in': 51, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'gelu_tanh', 'residual'): {'head_summand': 0, 'layer_lipschitz': 52, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 53, 'gamma_V': 54, 'gamma_M_in': 51, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'gelu_tanh', 'causal'): {'head_summand': 0, 'layer_lipschitz': 48, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 49, 'gamma_V': 50, 'gamma_M_in': 51, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'gelu_tanh', 'ls'): {'head_summand': 36, 'layer_lipschitz': 55, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 56, 'gamma_K': 57, 'gamma_Vt': 58, 'gamma_G': 59, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'gelu_tanh', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 60, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 61, 'gamma_K': 62, 'gamma_Vt': 63, 'gamma_G': 59, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'relu', 'plain'): {'head_summand': 0, 'layer_lipschitz': 64, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 65, 'gamma_V': 66, 'gamma_M_in': 67, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'relu', 'residual'): {'head_summand': 0, 'layer_lipschitz': 68, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 69, 'gamma_V': 70, 'gamma_M_in': 67, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'relu', 'causal'): {'head_summand': 0, 'layer_lipschitz': 64, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 65, 'gamma_V': 66, 'gamma_M_in': 67, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'relu', 'ls'): {'head_summand': 36, 'layer_lipschitz': 71, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 72, 'gamma_K': 73, 'gamma_Vt': 74, 'gamma_G': 75, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'relu', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 76, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 77, 'gamma_K': 78, 'gamma_Vt': 79, 'gamma_G': 75, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'silu', 'plain'): {'head_summand': 0, 'layer_lipschitz': 80, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 81, 'gamma_V': 82, 'gamma_M_in': 83, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'silu', 'residual'): {'head_summand': 0, 'layer_lipschitz': 84, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 85, 'gamma_V': 86, 'gamma_M_in': 83, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'silu', 'causal'): {'head_summand': 0, 'layer_lipschitz': 80, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 81, 'gamma_V': 82, 'gamma_M_in': 83, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'silu', 'ls'): {'head_summand': 36, 'layer_lipschitz': 87, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 88, 'gamma_K': 89, 'gamma_Vt': 90, 'gamma_G': 91, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('centred', 'uncentred', 'silu', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 92, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 4, 'ss_matrix_term_rank': 5, 'ss_closed': 6, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 10, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 93, 'gamma_K': 94, 'gamma_Vt': 95, 'gamma_G': 91, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 26, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 32},
+    ('uncentred', 'centred', 'gelu', 'plain'): {'head_summand': 0, 'layer_lipschitz': 1, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 21, 'gamma_V': 22, 'gamma_M_in': 23, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'gelu', 'residual'): {'head_summand': 0, 'layer_lipschitz': 33, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 34, 'gamma_V': 35, 'gamma_M_in': 23, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'gelu', 'causal'): {'head_summand': 0, 'layer_lipschitz': 1, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 21, 'gamma_V': 22, 'gamma_M_in': 23, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'gelu', 'ls'): {'head_summand': 36, 'layer_lipschitz': 37, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 38, 'gamma_K': 39, 'gamma_Vt': 40, 'gamma_G': 41, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'gelu', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 44, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 45, 'gamma_K': 46, 'gamma_Vt': 47, 'gamma_G': 41, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'gelu_tanh', 'plain'): {'head_summand': 0, 'layer_lipschitz': 48, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 49, 'gamma_V': 50, 'gamma_M_in': 51, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'gelu_tanh', 'residual'): {'head_summand': 0, 'layer_lipschitz': 52, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 53, 'gamma_V': 54, 'gamma_M_in': 51, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'gelu_tanh', 'causal'): {'head_summand': 0, 'layer_lipschitz': 48, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 49, 'gamma_V': 50, 'gamma_M_in': 51, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'gelu_tanh', 'ls'): {'head_summand': 36, 'layer_lipschitz': 55, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 56, 'gamma_K': 57, 'gamma_Vt': 58, 'gamma_G': 59, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'gelu_tanh', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 60, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 61, 'gamma_K': 62, 'gamma_Vt': 63, 'gamma_G': 59, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'relu', 'plain'): {'head_summand': 0, 'layer_lipschitz': 64, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 65, 'gamma_V': 66, 'gamma_M_in': 67, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'relu', 'residual'): {'head_summand': 0, 'layer_lipschitz': 68, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 69, 'gamma_V': 70, 'gamma_M_in': 67, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'relu', 'causal'): {'head_summand': 0, 'layer_lipschitz': 64, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 65, 'gamma_V': 66, 'gamma_M_in': 67, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'relu', 'ls'): {'head_summand': 36, 'layer_lipschitz': 71, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 72, 'gamma_K': 73, 'gamma_Vt': 74, 'gamma_G': 75, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'relu', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 76, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 77, 'gamma_K': 78, 'gamma_Vt': 79, 'gamma_G': 75, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'silu', 'plain'): {'head_summand': 0, 'layer_lipschitz': 80, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 81, 'gamma_V': 82, 'gamma_M_in': 83, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'silu', 'residual'): {'head_summand': 0, 'layer_lipschitz': 84, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 85, 'gamma_V': 86, 'gamma_M_in': 83, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'silu', 'causal'): {'head_summand': 0, 'layer_lipschitz': 80, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 81, 'gamma_V': 82, 'gamma_M_in': 83, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'silu', 'ls'): {'head_summand': 36, 'layer_lipschitz': 87, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 88, 'gamma_K': 89, 'gamma_Vt': 90, 'gamma_G': 91, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'centred', 'silu', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 92, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 11, 'dd_matrix_piece_p2': 12, 'dd_matrix_piece_rank': 13, 'dd_readout_piece': 14, 'dd_closed': 15, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 93, 'gamma_K': 94, 'gamma_Vt': 95, 'gamma_G': 91, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'gelu', 'plain'): {'head_summand': 0, 'layer_lipschitz': 1, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 21, 'gamma_V': 22, 'gamma_M_in': 23, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'gelu', 'residual'): {'head_summand': 0, 'layer_lipschitz': 33, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 34, 'gamma_V': 35, 'gamma_M_in': 23, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'gelu', 'causal'): {'head_summand': 0, 'layer_lipschitz': 1, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 21, 'gamma_V': 22, 'gamma_M_in': 23, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'gelu', 'ls'): {'head_summand': 36, 'layer_lipschitz': 37, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 38, 'gamma_K': 39, 'gamma_Vt': 40, 'gamma_G': 41, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'gelu', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 44, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 45, 'gamma_K': 46, 'gamma_Vt': 47, 'gamma_G': 41, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'gelu_tanh', 'plain'): {'head_summand': 0, 'layer_lipschitz': 48, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 49, 'gamma_V': 50, 'gamma_M_in': 51, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'gelu_tanh', 'residual'): {'head_summand': 0, 'layer_lipschitz': 52, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 53, 'gamma_V': 54, 'gamma_M_in': 51, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'gelu_tanh', 'causal'): {'head_summand': 0, 'layer_lipschitz': 48, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 49, 'gamma_V': 50, 'gamma_M_in': 51, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'gelu_tanh', 'ls'): {'head_summand': 36, 'layer_lipschitz': 55, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 56, 'gamma_K': 57, 'gamma_Vt': 58, 'gamma_G': 59, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'gelu_tanh', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 60, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 61, 'gamma_K': 62, 'gamma_Vt': 63, 'gamma_G': 59, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'relu', 'plain'): {'head_summand': 0, 'layer_lipschitz': 64, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 65, 'gamma_V': 66, 'gamma_M_in': 67, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'relu', 'residual'): {'head_summand': 0, 'layer_lipschitz': 68, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 69, 'gamma_V': 70, 'gamma_M_in': 67, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'relu', 'causal'): {'head_summand': 0, 'layer_lipschitz': 64, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 65, 'gamma_V': 66, 'gamma_M_in': 67, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'relu', 'ls'): {'head_summand': 36, 'layer_lipschitz': 71, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 72, 'gamma_K': 73, 'gamma_Vt': 74, 'gamma_G': 75, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'relu', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 76, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 77, 'gamma_K': 78, 'gamma_Vt': 79, 'gamma_G': 75, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'silu', 'plain'): {'head_summand': 0, 'layer_lipschitz': 80, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 81, 'gamma_V': 82, 'gamma_M_in': 83, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'silu', 'residual'): {'head_summand': 0, 'layer_lipschitz': 84, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 85, 'gamma_V': 86, 'gamma_M_in': 83, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'silu', 'causal'): {'head_summand': 0, 'layer_lipschitz': 80, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_A': 81, 'gamma_V': 82, 'gamma_M_in': 83, 'gamma_M_out': 24, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'silu', 'ls'): {'head_summand': 36, 'layer_lipschitz': 87, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 88, 'gamma_K': 89, 'gamma_Vt': 90, 'gamma_G': 91, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+    ('uncentred', 'uncentred', 'silu', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 92, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 93, 'gamma_K': 94, 'gamma_Vt': 95, 'gamma_G': 91, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
+}

@@ -27,12 +27,10 @@ from specbound.certified.fast_forward import NotApplicable
 from specbound.certified.radii import exact_value, power_ball
 from specbound.certified.ramp_loss import fast_pass
 from specbound.checkpoint import load_layers, load_weights, open_checkpoint
-from specbound.derivation.theorem import overrides_record
 from specbound.errors import CertificationError, SpecboundError
 from specbound.empirical import (  # noqa: F401  (task_record/task_sample/EmpiricalSource: public here too)
     DEFAULT_SAMPLES, DEFAULT_SEED, EmpiricalSource, empirical_ball, resolve, task_record, task_sample,
 )
-from specbound.model import AnalysisTransformer
 from specbound.numeric import planner
 from specbound.plan import BoundSettings
 from specbound.progress import progress_bar
@@ -92,6 +90,8 @@ def float_margins(weights, data, fast=None) -> np.ndarray | None:
     if not path:
         return None
     import torch  # only here: the own-format float forward; the rest of certify runs without torch
+
+    from specbound.model import AnalysisTransformer
 
     model = AnalysisTransformer.load(path)
     tokens = np.asarray(data.tokens)
@@ -272,7 +272,11 @@ def scope_of(weights, checkpoint: dict, source: EmpiricalSource, bound) -> dict:
     the bound is vacuous.  ``verify`` rebuilds it from the checkpoint with this same function."""
     st = bound.settings
     variant = getattr(weights, "variant", "plain") or "plain"
-    overrides = overrides_record(st.overrides, weights.activation, variant) if st.overrides else []
+    overrides = []
+    if st.overrides:  # SymPy only here: the proven values of the overridden constants
+        from specbound.derivation.theorem import overrides_record
+
+        overrides = overrides_record(st.overrides, weights.activation, variant)
     return scope_block(
         checkpoint=str(checkpoint["path"]), sha256=str(checkpoint["sha256"]), model=weights.scope,
         variant=variant, activation=weights.activation, readout=bound.readout,
