@@ -18,7 +18,7 @@ import sympy as sp
 
 from specbound.vocabulary import LS_MATRIX_KINDS, MATRIX_KINDS, kv_group  # noqa: F401  (re-exported: the one group map)
 
-from . import modern_blocks
+from . import modern_blocks, symbols
 from .symbols import c_A, c_D, c_G, c_in, c_K, c_out, c_Q, c_U, c_V, group_sum
 
 GAMMA_KEY = {"QK": "A", "V_tilde": "V", "M_in": "M_in", "M_out": "M_out"}
@@ -60,11 +60,17 @@ def layout(model: str) -> Layout:
     return _LS if model in LS_MODELS else _PLAIN
 
 
-def default_beta_c(num_layers: int, model: str) -> Fraction:
-    """The recommended spectral grid base: 1 + 1/(4L) for the plain kinds (four norms in a layer
-    product), the ls_model's ``beta_c`` = 1 + 1/(6L) for the LS variants (six norms)."""
+def beta_c_expression(model: str) -> sp.Expr:
+    """The recommended spectral grid base as an expression in the depth ``L`` (symbols.L): 1 + 1/(4L)
+    for the plain kinds (four norms in a layer product), the ls_model's ``beta_c`` = 1 + 1/(6L) for
+    the LS variants (six norms).  Printed into numeric/generated.py for the run paths."""
     if model in LS_MODELS:
         expr = modern_blocks.ls_model.constants["beta_c"]
-        value = sp.Rational(expr.subs(next(iter(expr.free_symbols)), num_layers))
-        return Fraction(int(value.p), int(value.q))
-    return 1 + Fraction(1, 4 * num_layers)
+        return expr.xreplace({next(iter(expr.free_symbols)): symbols.L})
+    return 1 + 1 / (4 * symbols.L)
+
+
+def default_beta_c(num_layers: int, model: str) -> Fraction:
+    """:func:`beta_c_expression` at ``L = num_layers``, as an exact fraction."""
+    value = sp.Rational(beta_c_expression(model).subs(symbols.L, num_layers))
+    return Fraction(int(value.p), int(value.q))

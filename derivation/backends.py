@@ -256,9 +256,11 @@ def to_numpy(expr: sp.Expr, args: Sequence[sp.Symbol]) -> Callable:
 
 def _compile(source: str, namespace: dict, nargs: int) -> Callable:
     params = ", ".join(f"_x{i}" for i in range(nargs))
-    code = f"def _f({params}):\n    return {source}\n"
+    # named apart from the helpers (the numpy helper ``_f`` converts values): a shared name would
+    # make the expression's own ``_f(...)`` calls, and the wrapper's conversion, call the expression
+    code = f"def _expression({params}):\n    return {source}\n"
     exec(compile(code, "<specbound.derivation.backends>", "exec"), namespace)  # noqa: S102
-    fn = namespace["_f"]
+    fn = namespace["_expression"]
     fn.source = code
     return fn
 

@@ -1,8 +1,10 @@
-"""The fast, uncertified float layer (docs/design.md section 2, "numeric"): torch, float64 by default,
-batched over all matrices and the whole grid P_m, the same code on CPU and CUDA.
+"""The fast, uncertified float layer (docs/design.md section 2, "numeric"), float64 by default,
+batched over all matrices and the whole grid P_m.  The spectra (the one heavy step) run in numpy on
+CPU or in torch (CPU or CUDA); the closed forms of the bound run in numpy through code printed from
+the derivation (numeric/generated.py), so the planner and the evaluation import neither torch nor SymPy.
 
 Public names are re-exported lazily (PEP 562), so importing one submodule (``numeric.spectra`` for
-the ``spectra`` command) does not pay for SymPy and the theorem.
+the ``spectra`` command) does not pay for the others.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The whole bound of proofs_notes/theory.md section 7 in torch: the public entry point of the fast path.
+"""The whole bound of proofs_notes/theory.md section 7 in floating point: the public entry point of the fast path.
 
 :func:`evaluate` evaluates the bound at a plan; given none, it asks the planner
 (:func:`numeric.planner.choose_plan`) for one -- choosing is only the planner's job, evaluating only
@@ -9,9 +9,7 @@ terms <- evaluation <- planner <- bound (no cycle).
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from specbound.derivation.theorem import theorem_for
 from specbound.matrices import AnalysisWeights
 from specbound.plan import BoundPlan, BoundSettings
 
@@ -20,7 +18,7 @@ from .evaluation import (
     evaluate_plan,
 )
 from .planner import plan_for
-from .terms import CompiledTheorem, network_facts, singular_values
+from .terms import compiled_theorem, network_facts, singular_values
 
 __all__ = ["FLOAT32_DERIVED_REL_TOL", "FLOAT64_REL_TOL", "NumericBound", "NumericMatrixTerm", "evaluate",
            "singular_values"]
@@ -33,20 +31,21 @@ def evaluate(
     *,
     margins: np.ndarray | None = None,
     spectra=None,
-    dtype: torch.dtype = torch.float64,
-    device: str | torch.device = "cpu",
+    dtype="float64",
+    device="cpu",
 ) -> NumericBound:
-    """The bound of proofs_notes/theory.md section 7 in torch at ``plan`` (None: the planner's plan (:func:`numeric.planner.plan_for`) for
+    """The bound of proofs_notes/theory.md section 7 in floating point at ``plan`` (None: the planner's plan (:func:`numeric.planner.plan_for`) for
     these weights, settings and margins, from the float spectra).
 
     ``margins`` (float y_i f(X_i)) give the empirical ramp loss when ``settings.empirical`` is None;
     ``spectra`` reuses precomputed singular values; ``dtype`` is the precision of the spectra
-    (float64 or float32; everything after them is float64).  Same code on CPU and CUDA.
+    (torch.float64 or torch.float32; everything after them is float64 numpy); ``device`` where torch
+    computes the spectra (CPU or CUDA).
     """
     if plan is None:
         # one set of facts (at the requested dtype) for planning and evaluating
         check_dtype(dtype)
-        ct = CompiledTheorem(theorem_for(settings, weights.activation, weights.variant))
+        ct = compiled_theorem(settings, weights.activation, weights.variant)
         facts = network_facts(weights, spectra=spectra, dtype=dtype, device=device)
         return evaluate_facts(ct, facts, settings, plan_for(ct, facts, settings, margins), margins=margins,
                               dtype=dtype)

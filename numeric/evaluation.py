@@ -1,9 +1,10 @@
-"""The whole bound of proofs_notes/theory.md section 7 in torch: the fast, uncertified evaluation.
+"""The whole bound of proofs_notes/theory.md section 7 in floating point: the fast, uncertified evaluation.
 
-Every formula is a field of the assembled theorem (:func:`specbound.derivation.theorem.assemble`)
-compiled to torch by :mod:`specbound.derivation.backends`; this module only *feeds* those
-expressions (spectral radii, layer products, per-matrix Schatten radii) and *combines* their
-values (sums over matrices, minima).  Nothing here retypes a formula.
+Every formula is a field of the assembled theorem (:func:`specbound.derivation.theorem.assemble`),
+evaluated through numeric/generated.py (numpy source printed from the SymPy expressions) or, with an
+overridden constant, compiled from SymPy (:func:`numeric.terms.compiled_theorem`); this module only
+*feeds* those expressions (spectral radii, layer products, per-matrix Schatten radii) and *combines*
+their values (sums over matrices, minima).  Nothing here retypes a formula.
 
 Contract.  :func:`evaluate_plan` returns float values of the bound for a given plan (the planner, which builds
 on this module, chooses one) -- plain floating point, no error bounds.  docs/design.md section 2: every float64 value must lie in
@@ -16,8 +17,10 @@ numerical rank.  For the same reason a factored matrix contributes only its top 
 values to a Schatten power: the others are exactly 0 for the exact product, while the float64
 product's are rounding noise whose p-th powers (p = 1/m) would not be small.
 
-Precision.  float64 by default; ``dtype=torch.float32`` runs the spectra in float32 (then every
-derived value carries a relative error of about ``FLOAT32_DERIVED_REL_TOL``; stated tolerance below).
+Precision and devices.  The singular values are the one heavy step: torch on CPU or CUDA, float64
+by default; ``dtype=torch.float32`` runs them in float32 (then every derived value carries a
+relative error of about ``FLOAT32_DERIVED_REL_TOL``; stated tolerance below).  Everything after them
+is a few hundred numbers, evaluated in float64 numpy wherever the spectra ran.
 """
 
 from __future__ import annotations
@@ -28,16 +31,14 @@ from fractions import Fraction
 from typing import Mapping
 
 import numpy as np
-import torch
 
-from specbound.derivation.theorem import theorem_for
 from specbound.errors import SpecboundError
 from specbound.matrices import AnalysisWeights
 from specbound.plan import BoundPlan, BoundSettings
 
 from .terms import (
-    CompiledTheorem, NetworkFacts, as_margins, dd_closed, grid_up, lambda_total, network_facts, power,
-    schatten_at, sensitivities, singular_values, ss_closed,
+    CompiledTheorem, NetworkFacts, as_margins, compiled_theorem, dd_closed, dtype_name, grid_up, lambda_total,
+    network_facts, power, schatten_at, sensitivities, singular_values, ss_closed,
 )
 
 __all__ = ["FLOAT32_DERIVED_REL_TOL", "FLOAT64_REL_TOL", "NumericBound", "NumericMatrixTerm",
@@ -175,10 +176,10 @@ def _check_plan(plan: BoundPlan, facts: NetworkFacts, upper: float) -> None:
         raise SpecboundError("plan's Dudley weights sum to more than 1")
 
 
-def check_dtype(dtype: torch.dtype) -> None:
-    """The fast path runs its spectra in float64 or float32 only (SpecboundError otherwise)."""
-    if dtype not in (torch.float64, torch.float32):
-        raise SpecboundError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
+def check_dtype(dtype) -> str:
+    """The fast path runs its spectra in float64 or float32 only (SpecboundError otherwise); returns
+    the name."""
+    return dtype_name(dtype)
 
 
 def evaluate_plan(
@@ -188,92 +189,94 @@ def evaluate_plan(
     *,
     margins: np.ndarray | None = None,
     spectra=None,
-    dtype: torch.dtype = torch.float64,
-    device: str | torch.device = "cpu",
+    dtype="float64",
+    device="cpu",
 ) -> NumericBound:
-    """The bound of proofs_notes/theory.md section 7 in torch for ``plan`` (choose one with :func:`numeric.planner.choose_plan`).
+    """The bound of proofs_notes/theory.md section 7 in floating point for ``plan`` (choose one with
+    :func:`numeric.planner.choose_plan`).
 
     ``margins`` (float y_i f(X_i)) give the empirical ramp loss when ``settings.empirical`` is
     None; ``spectra`` reuses precomputed singular values.  ``dtype`` is the precision of the
-    spectra (float64 or float32; everything after them is float64).  Same code on CPU and CUDA.
+    spectra (torch.float64 or torch.float32, or their names; everything after them is float64),
+    ``device`` where torch computes them (CPU or CUDA).
     """
     check_dtype(dtype)
-    ct = CompiledTheorem(theorem_for(settings, weights.activation, weights.variant))
+    ct = compiled_theorem(settings, weights.activation, weights.variant)
     facts = network_facts(weights, spectra=spectra, dtype=dtype, device=device)
     return evaluate_facts(ct, facts, settings, plan, margins=margins, dtype=dtype)
 
 
 def evaluate_facts(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, plan: BoundPlan, *,
-                   margins=None, dtype: torch.dtype = torch.float64) -> NumericBound:
+                   margins=None, dtype="float64") -> NumericBound:
     """:func:`evaluate_plan` on already computed network facts (the planner compares plans with it)."""
-    _check_plan(plan, facts, float(ct.theorem.dd_upper))
-    dev, n, N = facts.device, float(settings.n), float(facts.width)
-    f64 = dict(dtype=torch.float64, device=dev)
+    _check_plan(plan, facts, ct.dd_upper)
+    n, N = float(settings.n), float(facts.width)
     rho = power(settings.beta_rho, plan.k_rho)
-    sens = sensitivities(ct, facts, settings, torch.tensor(rho, **f64))
+    sens = sensitivities(ct, facts, settings, np.float64(rho))
     kappa = sens.kappa
-    p_idx = torch.tensor(plan.p_index, dtype=torch.int64, device=dev)
-    p = p_idx.to(torch.float64) / plan.m
+    p_idx = np.array(plan.p_index, dtype=np.int64)
+    p = p_idx.astype(np.float64) / plan.m
     is0 = p == 0
     zero_m = (facts.proven_rank == 0) | (facts.spectral == 0)
     if bool((zero_m & ~is0).any()):
-        bad = [facts.matrices[j].name for j in torch.nonzero(zero_m & ~is0).flatten().tolist()]
+        bad = [facts.matrices[j].name for j in np.flatnonzero(zero_m & ~is0).tolist()]
         raise SpecboundError(f"plan chooses p > 0 for zero matrix {bad[0]}; a zero matrix needs p = 0")
-    p_pos = torch.where(is0, torch.ones_like(p), p)
+    p_pos = np.where(is0, 1.0, p)
     S = schatten_at(facts.values, p_pos)
     k_s = grid_up(S, settings.beta_s)
     s_pos = power(settings.beta_s, k_s)
-    s = torch.where(is0, facts.proven_rank, s_pos)
+    s = np.where(is0, facts.proven_rank, s_pos)
     c, d, r = sens.c, facts.dims, facts.rank_cap
-    u = torch.tensor(plan.u, **f64)
-    theta = torch.tensor(plan.vartheta, **f64)
+    u = np.array(plan.u, dtype=np.float64)
+    theta = np.array(plan.vartheta, dtype=np.float64)
 
-    # single scale: closed form and exact objective at the plan's u
-    term = torch.where(is0, ct("ss_matrix_term_rank", c=c, d=d, kappa=kappa, n=n, r_max=r, s=s),
-                       ct("ss_matrix_term", c=c, d=d, kappa=kappa, n=n, p=p_pos, s=s))
-    closed = ss_closed(ct, sens, term.sum(), N, n, rho)
-    ent = torch.where(is0, ct("ss_matrix_entropy_rank", c=c, d=d, kappa=kappa, r_max=r, s=s, u=u),
-                      ct("ss_matrix_entropy", c=c, d=d, kappa=kappa, p=p_pos, r_max=r, s=s, u=u))
-    ent = torch.where(s == 0, 0.0, ent)  # rank 0: entropy 0, never 0 * log(inf)
-    # a rank-0 matrix needs no cover, so its u_j -> 0 is admissible: it adds nothing to U
-    u_total = torch.where(s == 0, 0.0, u).sum()
-    if sens.readout == "trained":
-        h_w = ct("ss_readout_entropy", B_w=sens.B_w, N=N, rho=rho, u_w=plan.u_w)
-        u_total = u_total + plan.u_w
-    else:
-        h_w = torch.zeros((), **f64)
-    ss_obj = ct("ss_objective", H_total=ent.sum() + h_w, U_total=u_total, n=n)
-    ss = torch.minimum(closed, ss_obj)
+    with np.errstate(all="ignore"):  # a formula that does not apply to a matrix is masked out below
+        # single scale: closed form and exact objective at the plan's u
+        term = np.where(is0, ct("ss_matrix_term_rank", c=c, d=d, kappa=kappa, n=n, r_max=r, s=s),
+                        ct("ss_matrix_term", c=c, d=d, kappa=kappa, n=n, p=p_pos, s=s))
+        closed = ss_closed(ct, sens, term.sum(), N, n, rho)
+        ent = np.where(is0, ct("ss_matrix_entropy_rank", c=c, d=d, kappa=kappa, r_max=r, s=s, u=u),
+                       ct("ss_matrix_entropy", c=c, d=d, kappa=kappa, p=p_pos, r_max=r, s=s, u=u))
+        ent = np.where(s == 0, 0.0, ent)  # rank 0: entropy 0, never 0 * log(inf)
+        # a rank-0 matrix needs no cover, so its u_j -> 0 is admissible: it adds nothing to U
+        u_total = np.where(s == 0, 0.0, u).sum()
+        if sens.readout == "trained":
+            h_w = ct("ss_readout_entropy", B_w=sens.B_w, N=N, rho=rho, u_w=plan.u_w)
+            u_total = u_total + plan.u_w
+        else:
+            h_w = np.float64(0.0)
+        ss_obj = ct("ss_objective", H_total=ent.sum() + h_w, U_total=u_total, n=n)
+        ss = np.minimum(closed, ss_obj)
 
-    # Dudley closed form at the plan's alpha_D and weights
-    a = plan.alpha_D
-    p_mid = torch.where((p > 0) & (p < 2), p, torch.ones_like(p))
-    piece = torch.where(
-        is0, ct("dd_matrix_piece_rank", alpha_D=a, c=c, d=d, kappa=kappa, r_max=r, s=s, vartheta=theta),
-        torch.where(p == 2, ct("dd_matrix_piece_p2", alpha_D=a, c=c, d=d, kappa=kappa, s=s, vartheta=theta),
-                    ct("dd_matrix_piece", alpha_D=a, c=c, d=d, kappa=kappa, p=p_mid, s=s, vartheta=theta)))
-    # an empty integration range gives exactly 0 (the float formula would leave a cancellation residue)
-    piece = torch.where((s == 0) | (a >= float(ct.theorem.dd_upper)), 0.0, piece)
-    dd = dd_closed(ct, sens, piece.sum(), N, n, rho, a, plan.vartheta_w)
+        # Dudley closed form at the plan's alpha_D and weights
+        a = plan.alpha_D
+        p_mid = np.where((p > 0) & (p < 2), p, 1.0)
+        piece = np.where(
+            is0, ct("dd_matrix_piece_rank", alpha_D=a, c=c, d=d, kappa=kappa, r_max=r, s=s, vartheta=theta),
+            np.where(p == 2, ct("dd_matrix_piece_p2", alpha_D=a, c=c, d=d, kappa=kappa, s=s, vartheta=theta),
+                     ct("dd_matrix_piece", alpha_D=a, c=c, d=d, kappa=kappa, p=p_mid, s=s, vartheta=theta)))
+        # an empty integration range gives exactly 0 (the float formula would leave a cancellation residue)
+        piece = np.where((s == 0) | (a >= ct.dd_upper), 0.0, piece)
+        dd = dd_closed(ct, sens, piece.sum(), N, n, rho, a, plan.vartheta_w)
 
     # post hoc union, confidence, bound
     mg = float(plan.m)
-    lam = torch.where(is0, ct("lambda_matrix_rank", k_c=sens.k_c, m_grid=mg, r_max=r),
-                      ct("lambda_matrix", k_c=sens.k_c, k_s=k_s, m_grid=mg))
+    lam = np.where(is0, ct("lambda_matrix_rank", k_c=sens.k_c, m_grid=mg, r_max=r),
+                   ct("lambda_matrix", k_c=sens.k_c, k_s=k_s, m_grid=mg))
     Lam = lambda_total(ct, lam.sum(), float(plan.k_rho), sens)
     conf = ct("confidence", Lambda=Lam, delta=settings.delta, n=n)
     empirical = settings.empirical
     if empirical is None and margins is not None:
-        marg = torch.as_tensor(as_margins(margins), **f64)
+        marg = as_margins(margins)
         empirical = float(ct("ramp", a=marg, rho=rho).mean())
     bound = ct("bound", DD=dd, Lambda=Lam, SS=ss, delta=settings.delta,
                hat_E=0.0 if empirical is None else empirical, n=n)
 
-    tol = FLOAT64_REL_TOL if dtype == torch.float64 else FLOAT32_DERIVED_REL_TOL
-    cpu = lambda t: t.detach().to("cpu", torch.float64).numpy()  # noqa: E731
-    vals = {name: cpu(t).tolist() for name, t in dict(
-        spectral=facts.spectral, S=S, k_c=sens.k_c, c=c, k_s=k_s, s=s, gamma=sens.gamma, kappa=kappa,
-        term=term, ent=ent, piece=piece, lam=lam).items()}
+    name = dtype_name(dtype)
+    tol = FLOAT64_REL_TOL if name == "float64" else FLOAT32_DERIVED_REL_TOL
+    vals = {key: np.broadcast_to(np.asarray(t, dtype=np.float64), (len(facts.matrices),)).tolist()
+            for key, t in dict(spectral=facts.spectral, S=S, k_c=sens.k_c, c=c, k_s=k_s, s=s, gamma=sens.gamma,
+                               kappa=kappa, term=term, ent=ent, piece=piece, lam=lam).items()}
     records = []
     for j, mat in enumerate(facts.matrices):
         zero_p = plan.p_index[j] == 0
@@ -287,10 +290,10 @@ def evaluate_facts(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSett
             kappa=vals["kappa"][j], u=plan.u[j], vartheta=plan.vartheta[j], ss_term=vals["term"][j],
             ss_entropy=vals["ent"][j], dd_piece=vals["piece"][j], lam=vals["lam"][j]))
     return NumericBound(
-        plan=plan, settings=settings, matrices=tuple(records), singular_values=cpu(facts.values),
-        lipschitz=cpu(sens.lipschitz), alpha=cpu(sens.alpha), readout=sens.readout, B_w=sens.B_w,
+        plan=plan, settings=settings, matrices=tuple(records), singular_values=np.array(facts.values),
+        lipschitz=np.array(sens.lipschitz), alpha=np.array(sens.alpha), readout=sens.readout, B_w=sens.B_w,
         k_w=sens.k_w, rho=rho, k_rho=plan.k_rho, empirical=empirical, ss_closed=float(closed),
-        ss_objective=float(ss_obj), ss=float(ss), dd=float(dd), complexity=float(torch.minimum(ss, dd)),
-        Lambda=float(Lam), confidence=float(conf), bound=float(bound) * (1.0 + tol), dtype=str(dtype).replace("torch.", ""),
-        device=str(dev), tolerance=tol,
-        variants=dict(ct.theorem.variants))
+        ss_objective=float(ss_obj), ss=float(ss), dd=float(dd), complexity=float(np.minimum(ss, dd)),
+        Lambda=float(Lam), confidence=float(conf), bound=float(bound) * (1.0 + tol), dtype=name,
+        device=facts.device, tolerance=tol,
+        variants=dict(ct.variants))

@@ -5,6 +5,7 @@ import SymPy.  tests/derivation/test_generated.py regenerates this file and comp
 """
 
 import math
+from fractions import Fraction
 
 
 def grid_size_float(L, N):
@@ -15,6 +16,35 @@ def grid_size_float(L, N):
 def grid_point(i, m_grid):
     """posthoc.GRID_POINT = i / m (with Python ints: the correctly rounded float64 of the rational)."""
     return i/m_grid
+
+
+def _beta_c_plain(L):
+    """Default beta_c of the plain variant (assembly.beta_c_expression), exact."""
+    return Fraction(4*L + 1, 4*L)
+
+
+def _beta_c_residual(L):
+    """Default beta_c of the residual variant (assembly.beta_c_expression), exact."""
+    return Fraction(4*L + 1, 4*L)
+
+
+def _beta_c_causal(L):
+    """Default beta_c of the causal variant (assembly.beta_c_expression), exact."""
+    return Fraction(4*L + 1, 4*L)
+
+
+def _beta_c_ls(L):
+    """Default beta_c of the ls variant (assembly.beta_c_expression), exact."""
+    return Fraction(6*L + 1, 6*L)
+
+
+def _beta_c_ls_residual(L):
+    """Default beta_c of the ls_residual variant (assembly.beta_c_expression), exact."""
+    return Fraction(6*L + 1, 6*L)
+
+
+#: model variant -> L -> the default spectral grid base beta_c (a Fraction)
+BETA_C = {'plain': _beta_c_plain, 'residual': _beta_c_residual, 'causal': _beta_c_causal, 'ls': _beta_c_ls, 'ls_residual': _beta_c_ls_residual}
 
 
 # -- the theorem's fields in numpy (float64, uncertified: the planner's choices) --------------
@@ -467,7 +497,11 @@ def _n106(_x0, _x1):
     return (0.5 * 1.4142135623730951 * np.power(_f(_x0), -0.5) * np.power(_f(_x1), -0.5))
 
 
-FUNCTIONS = (_n0, _n1, _n2, _n3, _n4, _n5, _n6, _n7, _n8, _n9, _n10, _n11, _n12, _n13, _n14, _n15, _n16, _n17, _n18, _n19, _n20, _n21, _n22, _n23, _n24, _n25, _n26, _n27, _n28, _n29, _n30, _n31, _n32, _n33, _n34, _n35, _n36, _n37, _n38, _n39, _n40, _n41, _n42, _n43, _n44, _n45, _n46, _n47, _n48, _n49, _n50, _n51, _n52, _n53, _n54, _n55, _n56, _n57, _n58, _n59, _n60, _n61, _n62, _n63, _n64, _n65, _n66, _n67, _n68, _n69, _n70, _n71, _n72, _n73, _n74, _n75, _n76, _n77, _n78, _n79, _n80, _n81, _n82, _n83, _n84, _n85, _n86, _n87, _n88, _n89, _n90, _n91, _n92, _n93, _n94, _n95, _n96, _n97, _n98, _n99, _n100, _n101, _n102, _n103, _n104, _n105, _n106,)
+def _n107(_x0, _x1):
+    return (_x0 * _x1)
+
+
+FUNCTIONS = (_n0, _n1, _n2, _n3, _n4, _n5, _n6, _n7, _n8, _n9, _n10, _n11, _n12, _n13, _n14, _n15, _n16, _n17, _n18, _n19, _n20, _n21, _n22, _n23, _n24, _n25, _n26, _n27, _n28, _n29, _n30, _n31, _n32, _n33, _n34, _n35, _n36, _n37, _n38, _n39, _n40, _n41, _n42, _n43, _n44, _n45, _n46, _n47, _n48, _n49, _n50, _n51, _n52, _n53, _n54, _n55, _n56, _n57, _n58, _n59, _n60, _n61, _n62, _n63, _n64, _n65, _n66, _n67, _n68, _n69, _n70, _n71, _n72, _n73, _n74, _n75, _n76, _n77, _n78, _n79, _n80, _n81, _n82, _n83, _n84, _n85, _n86, _n87, _n88, _n89, _n90, _n91, _n92, _n93, _n94, _n95, _n96, _n97, _n98, _n99, _n100, _n101, _n102, _n103, _n104, _n105, _n106, _n107,)
 ARGS = (
     ('c_A', 'c_V'),
     ('Sigma_h', 'c_in', 'c_out'),
@@ -576,6 +610,7 @@ ARGS = (
     ('H_total', 'U_total', 'n'),
     ('c', 'd', 'kappa', 'n', 'p', 's'),
     ('H_total', 'n'),
+    ('c_Q', 'c_V'),
 )
 
 #: (massart, dudley, activation, model) -> {field name: index into FUNCTIONS}; every
@@ -662,3 +697,93 @@ THEOREMS = {
     ('uncentred', 'uncentred', 'silu', 'ls'): {'head_summand': 36, 'layer_lipschitz': 87, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 88, 'gamma_K': 89, 'gamma_Vt': 90, 'gamma_G': 91, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
     ('uncentred', 'uncentred', 'silu', 'ls_residual'): {'head_summand': 36, 'layer_lipschitz': 92, 'alpha_step': 2, 'kappa': 3, 'ss_matrix_term': 101, 'ss_matrix_term_rank': 102, 'ss_closed': 103, 'ss_matrix_entropy': 7, 'ss_matrix_entropy_rank': 8, 'ss_readout_entropy': 9, 'ss_objective': 104, 'dd_matrix_piece': 96, 'dd_matrix_piece_p2': 97, 'dd_matrix_piece_rank': 98, 'dd_readout_piece': 99, 'dd_closed': 100, 'lambda_matrix': 16, 'lambda_matrix_rank': 17, 'Lambda_total': 18, 'confidence': 19, 'bound': 20, 'gamma_Q': 93, 'gamma_K': 94, 'gamma_Vt': 95, 'gamma_G': 91, 'gamma_U': 42, 'gamma_D': 43, 'gamma_w': 25, 'u_star': 105, 'ramp': 27, 'ss_closed_fixed': 28, 'dd_closed_fixed': 29, 'Lambda_total_fixed': 30, 'confidence_dLambda': 31, 'ss_objective_dH_total': 106},
 }
+
+#: (massart, dudley, activation, model) -> exact constants ("p/q" strings)
+CONSTANTS = {
+    ('centred', 'centred', 'gelu', 'plain'): {'dd_upper': '1/4'},
+    ('centred', 'centred', 'gelu', 'residual'): {'dd_upper': '1/4'},
+    ('centred', 'centred', 'gelu', 'causal'): {'dd_upper': '1/4'},
+    ('centred', 'centred', 'gelu', 'ls'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('centred', 'centred', 'gelu', 'ls_residual'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('centred', 'centred', 'gelu_tanh', 'plain'): {'dd_upper': '1/4'},
+    ('centred', 'centred', 'gelu_tanh', 'residual'): {'dd_upper': '1/4'},
+    ('centred', 'centred', 'gelu_tanh', 'causal'): {'dd_upper': '1/4'},
+    ('centred', 'centred', 'gelu_tanh', 'ls'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('centred', 'centred', 'gelu_tanh', 'ls_residual'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('centred', 'centred', 'relu', 'plain'): {'dd_upper': '1/4'},
+    ('centred', 'centred', 'relu', 'residual'): {'dd_upper': '1/4'},
+    ('centred', 'centred', 'relu', 'causal'): {'dd_upper': '1/4'},
+    ('centred', 'centred', 'relu', 'ls'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('centred', 'centred', 'relu', 'ls_residual'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('centred', 'centred', 'silu', 'plain'): {'dd_upper': '1/4'},
+    ('centred', 'centred', 'silu', 'residual'): {'dd_upper': '1/4'},
+    ('centred', 'centred', 'silu', 'causal'): {'dd_upper': '1/4'},
+    ('centred', 'centred', 'silu', 'ls'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('centred', 'centred', 'silu', 'ls_residual'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('centred', 'uncentred', 'gelu', 'plain'): {'dd_upper': '1/2'},
+    ('centred', 'uncentred', 'gelu', 'residual'): {'dd_upper': '1/2'},
+    ('centred', 'uncentred', 'gelu', 'causal'): {'dd_upper': '1/2'},
+    ('centred', 'uncentred', 'gelu', 'ls'): {'dd_upper': '1/2', 'rho_R': '1'},
+    ('centred', 'uncentred', 'gelu', 'ls_residual'): {'dd_upper': '1/2', 'rho_R': '1'},
+    ('centred', 'uncentred', 'gelu_tanh', 'plain'): {'dd_upper': '1/2'},
+    ('centred', 'uncentred', 'gelu_tanh', 'residual'): {'dd_upper': '1/2'},
+    ('centred', 'uncentred', 'gelu_tanh', 'causal'): {'dd_upper': '1/2'},
+    ('centred', 'uncentred', 'gelu_tanh', 'ls'): {'dd_upper': '1/2', 'rho_R': '1'},
+    ('centred', 'uncentred', 'gelu_tanh', 'ls_residual'): {'dd_upper': '1/2', 'rho_R': '1'},
+    ('centred', 'uncentred', 'relu', 'plain'): {'dd_upper': '1/2'},
+    ('centred', 'uncentred', 'relu', 'residual'): {'dd_upper': '1/2'},
+    ('centred', 'uncentred', 'relu', 'causal'): {'dd_upper': '1/2'},
+    ('centred', 'uncentred', 'relu', 'ls'): {'dd_upper': '1/2', 'rho_R': '1'},
+    ('centred', 'uncentred', 'relu', 'ls_residual'): {'dd_upper': '1/2', 'rho_R': '1'},
+    ('centred', 'uncentred', 'silu', 'plain'): {'dd_upper': '1/2'},
+    ('centred', 'uncentred', 'silu', 'residual'): {'dd_upper': '1/2'},
+    ('centred', 'uncentred', 'silu', 'causal'): {'dd_upper': '1/2'},
+    ('centred', 'uncentred', 'silu', 'ls'): {'dd_upper': '1/2', 'rho_R': '1'},
+    ('centred', 'uncentred', 'silu', 'ls_residual'): {'dd_upper': '1/2', 'rho_R': '1'},
+    ('uncentred', 'centred', 'gelu', 'plain'): {'dd_upper': '1/4'},
+    ('uncentred', 'centred', 'gelu', 'residual'): {'dd_upper': '1/4'},
+    ('uncentred', 'centred', 'gelu', 'causal'): {'dd_upper': '1/4'},
+    ('uncentred', 'centred', 'gelu', 'ls'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('uncentred', 'centred', 'gelu', 'ls_residual'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('uncentred', 'centred', 'gelu_tanh', 'plain'): {'dd_upper': '1/4'},
+    ('uncentred', 'centred', 'gelu_tanh', 'residual'): {'dd_upper': '1/4'},
+    ('uncentred', 'centred', 'gelu_tanh', 'causal'): {'dd_upper': '1/4'},
+    ('uncentred', 'centred', 'gelu_tanh', 'ls'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('uncentred', 'centred', 'gelu_tanh', 'ls_residual'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('uncentred', 'centred', 'relu', 'plain'): {'dd_upper': '1/4'},
+    ('uncentred', 'centred', 'relu', 'residual'): {'dd_upper': '1/4'},
+    ('uncentred', 'centred', 'relu', 'causal'): {'dd_upper': '1/4'},
+    ('uncentred', 'centred', 'relu', 'ls'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('uncentred', 'centred', 'relu', 'ls_residual'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('uncentred', 'centred', 'silu', 'plain'): {'dd_upper': '1/4'},
+    ('uncentred', 'centred', 'silu', 'residual'): {'dd_upper': '1/4'},
+    ('uncentred', 'centred', 'silu', 'causal'): {'dd_upper': '1/4'},
+    ('uncentred', 'centred', 'silu', 'ls'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('uncentred', 'centred', 'silu', 'ls_residual'): {'dd_upper': '1/4', 'rho_R': '1'},
+    ('uncentred', 'uncentred', 'gelu', 'plain'): {'dd_upper': '1/2'},
+    ('uncentred', 'uncentred', 'gelu', 'residual'): {'dd_upper': '1/2'},
+    ('uncentred', 'uncentred', 'gelu', 'causal'): {'dd_upper': '1/2'},
+    ('uncentred', 'uncentred', 'gelu', 'ls'): {'dd_upper': '1/2', 'rho_R': '1'},
+    ('uncentred', 'uncentred', 'gelu', 'ls_residual'): {'dd_upper': '1/2', 'rho_R': '1'},
+    ('uncentred', 'uncentred', 'gelu_tanh', 'plain'): {'dd_upper': '1/2'},
+    ('uncentred', 'uncentred', 'gelu_tanh', 'residual'): {'dd_upper': '1/2'},
+    ('uncentred', 'uncentred', 'gelu_tanh', 'causal'): {'dd_upper': '1/2'},
+    ('uncentred', 'uncentred', 'gelu_tanh', 'ls'): {'dd_upper': '1/2', 'rho_R': '1'},
+    ('uncentred', 'uncentred', 'gelu_tanh', 'ls_residual'): {'dd_upper': '1/2', 'rho_R': '1'},
+    ('uncentred', 'uncentred', 'relu', 'plain'): {'dd_upper': '1/2'},
+    ('uncentred', 'uncentred', 'relu', 'residual'): {'dd_upper': '1/2'},
+    ('uncentred', 'uncentred', 'relu', 'causal'): {'dd_upper': '1/2'},
+    ('uncentred', 'uncentred', 'relu', 'ls'): {'dd_upper': '1/2', 'rho_R': '1'},
+    ('uncentred', 'uncentred', 'relu', 'ls_residual'): {'dd_upper': '1/2', 'rho_R': '1'},
+    ('uncentred', 'uncentred', 'silu', 'plain'): {'dd_upper': '1/2'},
+    ('uncentred', 'uncentred', 'silu', 'residual'): {'dd_upper': '1/2'},
+    ('uncentred', 'uncentred', 'silu', 'causal'): {'dd_upper': '1/2'},
+    ('uncentred', 'uncentred', 'silu', 'ls'): {'dd_upper': '1/2', 'rho_R': '1'},
+    ('uncentred', 'uncentred', 'silu', 'ls_residual'): {'dd_upper': '1/2', 'rho_R': '1'},
+}
+
+#: model variant -> layout with symbol names (specbound.derivation.assembly.layout)
+LAYOUTS = {'plain': {'kinds': ('QK', 'V_tilde', 'M_in', 'M_out'), 'head': {'c_A': 'QK', 'c_V': 'V_tilde'}, 'layer': {'c_in': 'M_in', 'c_out': 'M_out'}, 'gamma_key': {'QK': 'A', 'V_tilde': 'V', 'M_in': 'M_in', 'M_out': 'M_out'}, 'shared': None}, 'residual': {'kinds': ('QK', 'V_tilde', 'M_in', 'M_out'), 'head': {'c_A': 'QK', 'c_V': 'V_tilde'}, 'layer': {'c_in': 'M_in', 'c_out': 'M_out'}, 'gamma_key': {'QK': 'A', 'V_tilde': 'V', 'M_in': 'M_in', 'M_out': 'M_out'}, 'shared': None}, 'causal': {'kinds': ('QK', 'V_tilde', 'M_in', 'M_out'), 'head': {'c_A': 'QK', 'c_V': 'V_tilde'}, 'layer': {'c_in': 'M_in', 'c_out': 'M_out'}, 'gamma_key': {'QK': 'A', 'V_tilde': 'V', 'M_in': 'M_in', 'M_out': 'M_out'}, 'shared': None}, 'ls': {'kinds': ('Q', 'K', 'V_tilde', 'G', 'U', 'D'), 'head': {'c_Q': 'Q', 'c_K': 'K', 'c_V': 'V_tilde'}, 'layer': {'c_G': 'G', 'c_U': 'U', 'c_D': 'D'}, 'gamma_key': {'Q': 'Q', 'K': 'K', 'V_tilde': 'Vt', 'G': 'G', 'U': 'U', 'D': 'D'}, 'shared': 'K'}, 'ls_residual': {'kinds': ('Q', 'K', 'V_tilde', 'G', 'U', 'D'), 'head': {'c_Q': 'Q', 'c_K': 'K', 'c_V': 'V_tilde'}, 'layer': {'c_G': 'G', 'c_U': 'U', 'c_D': 'D'}, 'gamma_key': {'Q': 'Q', 'K': 'K', 'V_tilde': 'Vt', 'G': 'G', 'U': 'U', 'D': 'D'}, 'shared': 'K'}}
+
+#: index of the key/value group summand (assembly.GROUP_SUMMAND)
+GROUP_SUMMAND = 107

@@ -1,4 +1,4 @@
-"""The float choices of a bound evaluation (:class:`specbound.plan.BoundPlan`), made in torch.
+"""The float choices of a bound evaluation (:class:`specbound.plan.BoundPlan`), made in numpy.
 
 proofs_notes/theory.md sections 6-7: the theorem holds simultaneously for every grid point and every loss
 scale, Dudley weight and lower limit, so *any* plan is valid; the planner only tries to make the
@@ -11,7 +11,8 @@ What is chosen, and how:
   where ``term_j`` is the closed-form single-scale term (``ss_matrix_term``, rank form at p = 0,
   with the float radii c~, s~ rounded on the grids of section 6), ``lambda_j`` its share of
   Lambda and ``slope`` the derivative of the confidence term in Lambda (a linearisation; the
-  confidence term is concave in Lambda, so this overstates the cost a little).  A structurally
+  confidence term is concave in Lambda, so this overstates the cost a little; the derivative is the
+  theorem's own ``confidence_dLambda``, differentiated symbolically in derivation/).  A structurally
   zero matrix gets p = 0.
 - ``u[j]``: the exact minimiser u* of the balance step (``balance_single_scale``) at b = c_M a_j,
   floored at 1/n (1/n at p = 0); ``u_w = 1/n``.
@@ -35,19 +36,16 @@ from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
-import torch
 
-from specbound.derivation.posthoc import chosen_grid_size
-from specbound.derivation.theorem import theorem_for
 from specbound.errors import SpecboundError
 from specbound.matrices import AnalysisWeights
 from specbound.plan import BoundPlan, BoundSettings
 
 from .evaluation import evaluate_facts
-from .grid import schatten_grid
+from .grid import grid_size, schatten_grid
 from .terms import (
-    CompiledTheorem, NetworkFacts, as_margins, dd_closed, enclosure_midpoints, grid_down, grid_terms, grid_up,
-    lambda_total, network_facts, power, sensitivities, ss_closed,
+    CompiledTheorem, NetworkFacts, as_margins, compiled_theorem, dd_closed, enclosure_midpoints, grid_down,
+    grid_terms, grid_up, lambda_total, network_facts, power, sensitivities, ss_closed,
 )
 
 ALPHA_POINTS = 64
@@ -74,60 +72,60 @@ def _margin_candidates(settings: BoundSettings, margins: np.ndarray | None) -> l
     if mags.size == 0:
         return [0]
     lo = grid_down(float(mags.min()), settings.beta_rho) - 1
-    hi = int(grid_up(torch.tensor([float(mags.max())], dtype=torch.float64), settings.beta_rho)[0]) + 4
+    hi = int(grid_up(np.array([float(mags.max())]), settings.beta_rho)[0]) + 4
     if hi - lo + 1 > MARGIN_WINDOW:  # keep the large end: tiny margins make the complexity explode
         lo = hi - MARGIN_WINDOW + 1
     return list(range(lo, hi + 1))
 
 
 def _dudley_choice(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, sens, p, s,
-                   rho: float) -> tuple[float, torch.Tensor, float]:
+                   rho: float) -> tuple[float, np.ndarray, float]:
     """(alpha_D, vartheta (J,), vartheta_w) minimising the Dudley closed form over a small family."""
-    dev, n = facts.device, float(settings.n)
+    n = float(settings.n)
     J = p.shape[0]
     trained = sens.readout == "trained"
-    upper = float(ct.theorem.dd_upper)
-    alphas = torch.logspace(math.log10(upper / (64.0 * n)), math.log10(upper), ALPHA_POINTS,
-                            dtype=torch.float64, device=dev)
+    upper = ct.dd_upper
+    alphas = np.logspace(math.log10(upper / (64.0 * n)), math.log10(upper), ALPHA_POINTS)
 
     def pieces(alpha, theta, theta_w):
         # alpha (A,1,1), theta (A,T,J): per-matrix Dudley pieces, then the closed form (A,T)
         kap, c, d = sens.kappa, sens.c, facts.dims
-        p_mid = torch.where((p > 0) & (p < 2), p, torch.ones_like(p))
-        mid = ct("dd_matrix_piece", alpha_D=alpha, c=c, d=d, kappa=kap, p=p_mid, s=s, vartheta=theta)
-        top = ct("dd_matrix_piece_p2", alpha_D=alpha, c=c, d=d, kappa=kap, s=s, vartheta=theta)
-        rank = ct("dd_matrix_piece_rank", alpha_D=alpha, c=c, d=d, kappa=kap, r_max=facts.rank_cap,
-                  s=facts.proven_rank, vartheta=theta)
-        per = torch.where(p == 0, rank, torch.where(p == 2, top, mid))
-        total = dd_closed(ct, sens, per.sum(dim=-1), float(facts.width), n, rho, alpha[..., 0], theta_w)
+        p_mid = np.where((p > 0) & (p < 2), p, 1.0)
+        with np.errstate(all="ignore"):
+            mid = ct("dd_matrix_piece", alpha_D=alpha, c=c, d=d, kappa=kap, p=p_mid, s=s, vartheta=theta)
+            top = ct("dd_matrix_piece_p2", alpha_D=alpha, c=c, d=d, kappa=kap, s=s, vartheta=theta)
+            rank = ct("dd_matrix_piece_rank", alpha_D=alpha, c=c, d=d, kappa=kap, r_max=facts.rank_cap,
+                      s=facts.proven_rank, vartheta=theta)
+            per = np.where(p == 0, rank, np.where(p == 2, top, mid))
+            total = dd_closed(ct, sens, per.sum(axis=-1), float(facts.width), n, rho, alpha[..., 0], theta_w)
         return per, total
 
     # weight profiles from the pieces at vartheta = 1 (alpha in the middle of the grid)
-    one = torch.ones(J, dtype=torch.float64, device=dev)
+    one = np.ones(J)
     a_mid = alphas[ALPHA_POINTS // 2].reshape(1, 1)
-    w, _ = pieces(a_mid, one, torch.ones((), dtype=torch.float64, device=dev))
-    w = w.reshape(J)
+    w, _ = pieces(a_mid, one, np.float64(1.0))
+    w = np.broadcast_to(w, (1, J)).reshape(J)
     w_read = float(ct("dd_readout_piece", B_w=sens.B_w, N=float(facts.width), alpha_D=a_mid[0, 0], rho=rho,
                       vartheta_w=1.0)) if trained else 0.0
-    weights = torch.cat([w, torch.tensor([w_read], dtype=torch.float64, device=dev)])
-    expo = torch.cat([p / 2, torch.zeros(1, dtype=torch.float64, device=dev)]).clamp(min=0.05)
-    floor = weights[weights > 0].min() if bool((weights > 0).any()) else torch.ones((), dtype=torch.float64)
-    wpos = torch.where(weights > 0, weights, floor)
-    profiles = [torch.ones_like(wpos)] + [wpos ** t for t in (1 / 3, 1 / 2, 2 / 3, 1.0)]
+    weights = np.concatenate([w, [w_read]])
+    expo = np.maximum(np.concatenate([p / 2, [0.0]]), 0.05)
+    floor = weights[weights > 0].min() if bool((weights > 0).any()) else np.float64(1.0)
+    wpos = np.where(weights > 0, weights, floor)
+    profiles = [np.ones_like(wpos)] + [wpos ** t for t in (1 / 3, 1 / 2, 2 / 3, 1.0)]
     profiles.append((expo * wpos) ** (1 / (expo + 1)))  # Lagrange point of sum w theta^-e
-    prof = torch.stack(profiles)  # (T, J+1)
+    prof = np.stack(profiles)  # (T, J+1)
     if not trained:
         prof[:, -1] = 0.0
-    prof = prof / prof.sum(dim=1, keepdim=True) * WEIGHT_SAFETY
-    theta = prof[None, :, :J].expand(ALPHA_POINTS, -1, -1)
-    theta_w = prof[None, :, J].expand(ALPHA_POINTS, -1) if trained else torch.ones(
-        (ALPHA_POINTS, prof.shape[0]), dtype=torch.float64, device=dev)
-    theta_safe = torch.where(theta > 0, theta, torch.ones_like(theta))
+    prof = prof / prof.sum(axis=1, keepdims=True) * WEIGHT_SAFETY
+    theta = np.broadcast_to(prof[None, :, :J], (ALPHA_POINTS,) + prof[:, :J].shape)
+    theta_w = (np.broadcast_to(prof[None, :, J], (ALPHA_POINTS, prof.shape[0])) if trained
+               else np.ones((ALPHA_POINTS, prof.shape[0])))
+    theta_safe = np.where(theta > 0, theta, 1.0)
     _, total = pieces(alphas[:, None, None], theta_safe, theta_w)
-    total = torch.where(torch.isfinite(total), total, torch.inf)
-    flat = int(torch.argmin(total.reshape(-1)))
+    total = np.where(np.isfinite(total), total, np.inf)
+    flat = int(np.argmin(total.reshape(-1)))
     ia, it = divmod(flat, prof.shape[0])
-    return float(alphas[ia]), prof[it, :J].clone(), float(prof[it, J]) if trained else 0.0
+    return float(alphas[ia]), prof[it, :J].copy(), float(prof[it, J]) if trained else 0.0
 
 
 def choose_plan(
@@ -137,61 +135,65 @@ def choose_plan(
     margins: np.ndarray | None = None,
     *,
     spectra=None,
-    device: str | torch.device = "cpu",
+    device="cpu",
 ) -> BoundPlan:
     """A :class:`BoundPlan` for ``weights`` under ``settings`` (module docstring says how).
 
     ``enclosures``: the certified singular-value enclosures (``SingularValueEnclosure``, canonical
     order); the planner reads their midpoints (:func:`numeric.terms.enclosure_midpoints`) and runs
-    no SVD.  Without them it uses ``spectra`` (precomputed, a ``numeric.spectra.Spectra`` or a
-    (J, K) tensor) or, failing that, a float SVD (numeric-only callers: ``numeric.bound.evaluate``
-    without a plan, experiments, benchmarks).  ``margins``: the float values y_i f(X_i) on the
-    sample, used to choose the margin when ``settings.margin`` is None.  Deterministic: same
-    inputs, same plan.
+    no SVD (nor imports torch).  Without them it uses ``spectra`` (precomputed, a
+    ``numeric.spectra.Spectra`` or a (J, K) array) or, failing that, a float SVD in torch on
+    ``device`` (numeric-only callers: ``numeric.bound.evaluate`` without a plan, experiments,
+    benchmarks).  ``margins``: the float values y_i f(X_i) on the sample, used to choose the margin
+    when ``settings.margin`` is None.  Deterministic: same inputs, same plan.
     """
     if enclosures is not None:
         if len(enclosures) != len(weights.matrices):
             raise SpecboundError(f"{len(enclosures)} enclosures for {len(weights.matrices)} matrices")
         spectra = enclosure_midpoints(enclosures)
-    ct = CompiledTheorem(theorem_for(settings, weights.activation, weights.variant))
+    ct = compiled_theorem(settings, weights.activation, weights.variant)
     facts = network_facts(weights, spectra=spectra, device=device)
     return plan_for(ct, facts, settings, margins)
+
+
+def _take(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``a[..., idx[...]]`` along the last axis (idx has a's shape less the last axis)."""
+    return np.take_along_axis(a, idx[..., None], axis=-1)[..., 0]
 
 
 def plan_for(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, margins=None) -> BoundPlan:
     """:func:`choose_plan` on already computed network facts (``numeric.bound.evaluate`` plans with it)."""
     marg = as_margins(margins)
-    m = chosen_grid_size(settings.grid_m, facts.num_layers, facts.width)
-    ps = torch.as_tensor(schatten_grid(m), dtype=torch.float64, device=facts.device)
+    m = int(settings.grid_m) if settings.grid_m is not None else grid_size(facts.num_layers, facts.width)
+    ps = schatten_grid(m)
     ks = _margin_candidates(settings, marg)
-    k_rho = torch.tensor(ks, dtype=torch.float64, device=facts.device)
+    k_rho = np.array(ks, dtype=np.float64)
     rho = power(settings.beta_rho, k_rho)  # (R,)
     sens = sensitivities(ct, facts, settings, rho)  # kappa (R, J)
     g = grid_terms(ct, facts, settings, sens, ps, m)  # ss (R, J, P), lam (J, P)
     n = float(settings.n)
 
     # first pass: terms alone; then charge each choice its Lambda at the local slope
-    first = torch.argmin(g.ss, dim=-1, keepdim=True)
-    lam0 = lambda_total(ct, torch.gather(torch.broadcast_to(g.lam, g.ss.shape), -1, first)[..., 0].sum(-1),
-                        k_rho, sens)
-    lam0 = lam0.detach().clone().requires_grad_(True)
-    conf = ct("confidence", Lambda=lam0, delta=settings.delta, n=n)
-    (slope,) = torch.autograd.grad(conf.sum(), lam0)
+    lam_full = np.broadcast_to(g.lam, g.ss.shape)
+    first = np.argmin(g.ss, axis=-1)
+    lam0 = lambda_total(ct, _take(lam_full, first).sum(-1), k_rho, sens)
+    slope = np.broadcast_to(ct("confidence_dLambda", Lambda=lam0, delta=settings.delta, n=n), lam0.shape)
     cost = 2.0 * g.ss + slope[:, None, None] * g.lam
-    choice = torch.argmin(cost, dim=-1)  # (R, J), first minimiser
-    ss_chosen = torch.gather(g.ss, -1, choice[..., None])[..., 0]
-    lam_chosen = torch.gather(torch.broadcast_to(g.lam, g.ss.shape), -1, choice[..., None])[..., 0]
+    choice = np.argmin(cost, axis=-1)  # (R, J), first minimiser
+    ss_chosen = _take(g.ss, choice)
+    lam_chosen = _take(lam_full, choice)
     Lam = lambda_total(ct, lam_chosen.sum(-1), k_rho, sens)
-    closed = ss_closed(ct, sens, ss_chosen.sum(-1), float(facts.width), n, rho)
+    with np.errstate(all="ignore"):
+        closed = ss_closed(ct, sens, ss_chosen.sum(-1), float(facts.width), n, rho)
     confidence = ct("confidence", Lambda=Lam, delta=settings.delta, n=n)
     if marg is not None and settings.margin is None:
-        emp = ct("ramp", a=torch.as_tensor(marg, device=facts.device)[None, :], rho=rho[:, None]).mean(-1)
+        emp = ct("ramp", a=marg[None, :], rho=rho[:, None]).mean(-1)
     else:
-        emp = torch.zeros_like(rho)
+        emp = np.zeros_like(rho)
     objective = emp + 2.0 * closed + confidence
-    objective = torch.where(torch.isfinite(objective), objective, torch.inf)
+    objective = np.where(np.isfinite(objective), objective, np.inf)
     # the closed form ranks the margins; the best few are planned in full and compared exactly
-    order = torch.argsort(objective, stable=True)[:MARGIN_FINALISTS].tolist()
+    order = np.argsort(objective, kind="stable")[:MARGIN_FINALISTS].tolist()
     best_plan, best_value = None, math.inf
     for r in sorted(order):
         plan = _plan_at_margin(ct, facts, settings, sens, g, ps, m, choice[r], r, float(rho[r]), ks[r],
@@ -209,11 +211,12 @@ def _plan_at_margin(ct, facts, settings, sens, g, ps, m, p_idx, r, rho, k, k_flo
     n = float(settings.n)
     sens_r = _at_margin(sens, r)
     p = ps[p_idx]
-    s = torch.gather(g.s, -1, p_idx[:, None])[:, 0]
+    s = _take(g.s, p_idx)
     # loss scales: u* of the balance step, floored at 1/n; p = 0 terms are flat in u, so 1/n
-    p_pos = torch.where(p > 0, p, torch.ones_like(p))
-    u_star = ct("u_star", c=sens_r.c, d=facts.dims, kappa=sens_r.kappa, n=n, p=p_pos, s=s)
-    u = torch.where((p > 0) & torch.isfinite(u_star), u_star.clamp(min=1.0 / n), torch.full_like(p, 1.0 / n))
+    p_pos = np.where(p > 0, p, 1.0)
+    with np.errstate(all="ignore"):
+        u_star = ct("u_star", c=sens_r.c, d=facts.dims, kappa=sens_r.kappa, n=n, p=p_pos, s=s)
+    u = np.where((p > 0) & np.isfinite(u_star), np.maximum(u_star, 1.0 / n), 1.0 / n)
     u_w = 1.0 / n
     # refine p and u on the exact single-scale objective (majorise-minimise); keep the better plan
     refined = _exact_single_scale(ct, facts, settings, sens_r, replace(g, ss=g.ss[r]), ps, rho, k_float,
@@ -221,7 +224,7 @@ def _plan_at_margin(ct, facts, settings, sens, g, ps, m, p_idx, r, rho, k, k_flo
     if refined is not None:
         p_idx, u, u_w = refined
         p = ps[p_idx]
-        s = torch.gather(g.s, -1, p_idx[:, None])[:, 0]
+        s = _take(g.s, p_idx)
     alpha_D, theta, theta_w = _dudley_choice(ct, facts, settings, sens_r, p, s, rho)
     return BoundPlan(
         m=m,
@@ -253,57 +256,60 @@ def _exact_single_scale(ct, facts, settings, sens, g, ps, rho, k_rho, start, clo
     """Choose (p_j, u_j, u_w) for the exact single-scale objective U + sqrt(c_M H(u)).
 
     Majorise-minimise: sqrt is concave, so at the current H0 the objective is below
-    U + sqrt(c_M H0) + mu (H - H0) with mu = d/dH at H0; that separates over matrices, and each
-    matrix minimises u + mu H_j(u; p) (+ its linearised Lambda cost) over p in P_m and a log grid
-    of u.  Returns the best (p_index, u, u_w) found, or None when the starting plan is better
-    (compared on 2 min(SS closed, SS exact) + confidence).
+    U + sqrt(c_M H0) + mu (H - H0) with mu = d/dH at H0 (the theorem's ``ss_objective_dH_total``);
+    that separates over matrices, and each matrix minimises u + mu H_j(u; p) (+ its linearised Lambda
+    cost) over p in P_m and a log grid of u.  Returns the best (p_index, u, u_w) found, or None when
+    the starting plan is better (compared on 2 min(SS closed, SS exact) + confidence).
     """
-    dev, n, N = facts.device, float(settings.n), float(facts.width)
-    f64 = dict(dtype=torch.float64, device=dev)
-    us = torch.logspace(-math.log10(n), math.log10(4.0), U_POINTS, **f64)
+    n, N = float(settings.n), float(facts.width)
+    us = np.logspace(-math.log10(n), math.log10(4.0), U_POINTS)
     c, d, r = sens.c[:, None, None], facts.dims[:, None, None], facts.rank_cap[:, None, None]
     kap = sens.kappa[:, None, None]
     zero_p = ps == 0
-    p_pos = torch.where(zero_p, torch.ones_like(ps), ps)[None, :, None]
-    H = ct("ss_matrix_entropy", c=c, d=d, kappa=kap, p=p_pos, r_max=r, s=g.s[:, :, None], u=us)
-    H_rank = ct("ss_matrix_entropy_rank", c=c, d=d, kappa=kap, r_max=r, s=facts.proven_rank[:, None, None],
-                u=us)
-    H_rank = torch.where(facts.proven_rank[:, None, None] == 0, 0.0, H_rank)
+    p_pos = np.where(zero_p, 1.0, ps)[None, :, None]
+    with np.errstate(all="ignore"):
+        H = ct("ss_matrix_entropy", c=c, d=d, kappa=kap, p=p_pos, r_max=r, s=g.s[:, :, None], u=us)
+        H_rank = ct("ss_matrix_entropy_rank", c=c, d=d, kappa=kap, r_max=r, s=facts.proven_rank[:, None, None],
+                    u=us)
+    H_rank = np.where(facts.proven_rank[:, None, None] == 0, 0.0, H_rank)
     zero_m = ((facts.proven_rank == 0) | (facts.spectral == 0))[:, None, None]
-    H = torch.where(zero_p[None, :, None], H_rank, torch.where(zero_m, torch.inf, H))  # (J, P, U)
+    H = np.where(zero_p[None, :, None], H_rank, np.where(zero_m, np.inf, H))  # (J, P, U)
     trained = sens.readout == "trained"
-    H_w = ct("ss_readout_entropy", B_w=sens.B_w, N=N, rho=rho, u_w=us) if trained else torch.zeros_like(us)
+    H_w = (np.broadcast_to(ct("ss_readout_entropy", B_w=sens.B_w, N=N, rho=rho, u_w=us), us.shape) if trained
+           else np.zeros_like(us))
     lam = g.lam
-    rows = torch.arange(H.shape[0], device=dev)
+    rows = np.arange(H.shape[0])
     live = facts.proven_rank > 0  # a rank-0 matrix adds nothing to U (its u_j may tend to 0)
 
     def value(p_idx, u_idx, uw_idx):
         h = H[rows, p_idx, u_idx].sum() + (H_w[uw_idx] if trained else 0.0)
-        total_u = torch.where(live, us[u_idx], 0.0).sum() + (us[uw_idx] if trained else 0.0)
-        h = h.detach().clone().requires_grad_(True)
-        obj = ct("ss_objective", H_total=h, U_total=total_u, n=n)
-        (mu,) = torch.autograd.grad(obj, h)
-        Lam = lambda_total(ct, lam[rows, p_idx].sum(), k_rho, sens).detach().clone().requires_grad_(True)
+        total_u = np.where(live, us[u_idx], 0.0).sum() + (us[uw_idx] if trained else 0.0)
+        with np.errstate(all="ignore"):
+            obj = ct("ss_objective", H_total=h, U_total=total_u, n=n)
+            mu = ct("ss_objective_dH_total", H_total=h, U_total=total_u, n=n)
+        Lam = lambda_total(ct, lam[rows, p_idx].sum(), k_rho, sens)
         conf = ct("confidence", Lambda=Lam, delta=settings.delta, n=n)
-        (slope,) = torch.autograd.grad(conf, Lam)
-        closed = ss_closed(ct, sens, g.ss[rows, p_idx].sum(), N, n, rho)
-        total = 2.0 * torch.minimum(closed, obj.detach()) + conf.detach()
+        slope = ct("confidence_dLambda", Lambda=Lam, delta=settings.delta, n=n)
+        with np.errstate(all="ignore"):
+            closed = ss_closed(ct, sens, g.ss[rows, p_idx].sum(), N, n, rho)
+        total = 2.0 * np.minimum(closed, obj) + conf
         return float(total), float(mu), float(slope)
 
     # the starting plan, with its u snapped up to the grid (u only matters through H and U)
     p0, u0, uw0 = start
-    u_idx = torch.searchsorted(us, u0.clamp(max=float(us[-1]))).clamp(max=U_POINTS - 1)
-    uw_idx = torch.zeros((), dtype=torch.int64, device=dev)
+    u_idx = np.minimum(np.searchsorted(us, np.minimum(u0, float(us[-1]))), U_POINTS - 1)
+    uw_idx = 0
     best_val, mu, slope = value(p0, u_idx, uw_idx)
     start_val = _start_value(ct, facts, settings, sens, g, rows, p0, u0, start[2], rho, k_rho, H_w, closed_terms)
     best = None
     for _ in range(MM_STEPS):
-        per = us + mu * H  # (J, P, U)
-        per_min, per_arg = per.min(dim=-1)
+        with np.errstate(all="ignore"):
+            per = us + mu * H  # (J, P, U)
+        per_min, per_arg = per.min(axis=-1), per.argmin(axis=-1)
         cost = 2.0 * per_min + slope * lam
-        p_idx = torch.argmin(cost, dim=-1)
+        p_idx = np.argmin(cost, axis=-1)
         u_idx = per_arg[rows, p_idx]
-        uw_idx = torch.argmin(us + mu * H_w) if trained else torch.zeros((), dtype=torch.int64, device=dev)
+        uw_idx = int(np.argmin(us + mu * H_w)) if trained else 0
         val, mu, slope = value(p_idx, u_idx, uw_idx)
         if best is None or val < best[0] - 1e-15 * abs(best[0]):
             best = (val, p_idx, us[u_idx], float(us[uw_idx]) if trained else 1.0 / n)
@@ -320,17 +326,19 @@ def _start_value(ct, facts, settings, sens, g, rows, p_idx, u, u_w, rho, k_rho, 
     p = g.ps[p_idx]
     s = g.s[rows, p_idx]
     is0 = p == 0
-    p_pos = torch.where(is0, torch.ones_like(p), p)
-    ent = torch.where(is0, ct("ss_matrix_entropy_rank", c=sens.c, d=facts.dims, kappa=sens.kappa,
-                                r_max=facts.rank_cap, s=facts.proven_rank, u=u),
-                      ct("ss_matrix_entropy", c=sens.c, d=facts.dims, kappa=sens.kappa, p=p_pos,
-                         r_max=facts.rank_cap, s=s, u=u))
-    ent = torch.where(is0 & (facts.proven_rank == 0), 0.0, ent)
+    p_pos = np.where(is0, 1.0, p)
+    with np.errstate(all="ignore"):
+        ent = np.where(is0, ct("ss_matrix_entropy_rank", c=sens.c, d=facts.dims, kappa=sens.kappa,
+                                 r_max=facts.rank_cap, s=facts.proven_rank, u=u),
+                       ct("ss_matrix_entropy", c=sens.c, d=facts.dims, kappa=sens.kappa, p=p_pos,
+                          r_max=facts.rank_cap, s=s, u=u))
+    ent = np.where(is0 & (facts.proven_rank == 0), 0.0, ent)
     trained = sens.readout == "trained"
     h_w = ct("ss_readout_entropy", B_w=sens.B_w, N=N, rho=rho, u_w=u_w) if trained else 0.0
-    u_sum = torch.where(facts.proven_rank > 0, u, 0.0).sum()
-    obj = ct("ss_objective", H_total=ent.sum() + h_w, U_total=u_sum + (u_w if trained else 0.0), n=n)
-    closed = ss_closed(ct, sens, closed_terms, N, n, rho)
+    u_sum = np.where(facts.proven_rank > 0, u, 0.0).sum()
+    with np.errstate(all="ignore"):
+        obj = ct("ss_objective", H_total=ent.sum() + h_w, U_total=u_sum + (u_w if trained else 0.0), n=n)
+        closed = ss_closed(ct, sens, closed_terms, N, n, rho)
     Lam = lambda_total(ct, g.lam[rows, p_idx].sum(), k_rho, sens)
     conf = ct("confidence", Lambda=Lam, delta=settings.delta, n=n)
-    return float(2.0 * torch.minimum(closed, obj) + conf)
+    return float(2.0 * np.minimum(closed, obj) + conf)

@@ -1,30 +1,36 @@
-"""Building blocks of the torch bound (proofs_notes/theory.md section 7), shared by the evaluation and the planner.
+"""Building blocks of the float bound (proofs_notes/theory.md section 7), shared by the evaluation and the planner.
 
 The compiled theorem (:class:`CompiledTheorem`), the network facts fed to it (:class:`NetworkFacts`:
 singular values, structural rank caps, layer indices), grid rounding onto ``beta^k``, Schatten
 tables, the sensitivities (Lipschitz products, alpha, kappa) and the combiners of Lambda, SS and DD.
-Every formula is a field of the assembled theorem compiled by :mod:`specbound.derivation.backends`;
-this module only feeds and combines their values.  It imports neither the evaluation
-(:mod:`numeric.bound`) nor the planner (:mod:`numeric.planner`): both build on it.
+Every formula is a field of the assembled theorem; this module only feeds and combines their values.
+It imports neither the evaluation (:mod:`numeric.evaluation`) nor the planner (:mod:`numeric.planner`):
+both build on it.
+
+numpy, float64.  The theorem's fields are evaluated through numeric/generated.py (numpy source
+printed from the SymPy expressions by scripts/generate_derived.py; tests/derivation/test_generated.py
+keeps it equal to a fresh printing and checks its values against SymPy), so this path imports neither
+SymPy nor torch; with an overridden lemma constant (or a patched register) the expressions are
+compiled from SymPy at run time instead.  torch is the path of the heavy linear algebra only (the
+spectra, on CPU or CUDA: :func:`singular_values`); the closed forms act on a few hundred numbers.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
-import sympy as sp
-import torch
 
-from specbound.derivation.assembly import GROUP_SUMMAND, kv_group, layout
-from specbound.derivation.backends import compile_expr
-from specbound.derivation.theorem import REGISTRY, Theorem, readout_free_forms
 from specbound.errors import SpecboundError
 from specbound.matrices import AnalysisWeights, NamedMatrix
 from specbound.plan import BoundSettings
+from specbound.vocabulary import kv_group
+
+from . import generated
 
 
 def as_margins(margins) -> np.ndarray | None:
@@ -40,110 +46,130 @@ def as_margins(margins) -> np.ndarray | None:
 
 # -- the theorem, compiled ------------------------------------------------------------------------
 
-_COMPILED: dict = {}
+VARIANT_NAMES = ("massart", "dudley", "activation", "model")
+"""The fields of a theorem variant key, in the order of numeric/generated.THEOREMS."""
 
 
 class CompiledTheorem:
-    """Torch callables of the theorem's fields, called by argument *name*.
+    """numpy callables of the theorem's fields, called by argument *name*.
 
-    ``ct("kappa", B_w=..., alpha=..., gamma=..., rho=...)`` evaluates the field ``kappa``;
-    tensors broadcast.  Compilation happens once per (theorem, field, dtype).
+    ``ct("kappa", B_w=..., alpha=..., gamma=..., rho=...)`` evaluates the field ``kappa``; arrays
+    broadcast, arguments the field does not use are ignored.  ``dd_upper`` is the upper end of the
+    Dudley integral, ``variants`` the theorem variant, ``layout`` the variant's matrix layout (symbol
+    names), ``origin`` "generated" or "sympy" (see :func:`compiled_theorem`).
     """
 
-    def __init__(self, theorem: Theorem, dtype: torch.dtype = torch.float64):
-        self.theorem = theorem
-        self.dtype = dtype
+    def __init__(self, fns: Mapping[str, Callable], args: Mapping[str, tuple[str, ...]], dd_upper: float,
+                 variants: Mapping[str, str], layout: Mapping, origin: str):
+        self.fns, self.args = dict(fns), dict(args)
+        self.dd_upper, self.variants, self.layout, self.origin = dd_upper, dict(variants), layout, origin
 
-    def expression(self, name: str) -> sp.Expr:
-        if name.startswith("gamma_"):
-            return self.theorem.gamma[name[len("gamma_"):]]
-        extra = _extra_expressions(self.theorem)
-        if name in extra:
-            return extra[name]
-        return getattr(self.theorem, name)
-
-    def fn(self, name: str):
-        key = (id(self.theorem), name, self.dtype)
-        hit = _COMPILED.get(key)
-        if hit is None or hit[0] is not self.theorem:
-            hit = (self.theorem, compile_expr(self.expression(name), "torch", dtype=self.dtype))
-            _COMPILED[key] = hit
-        return hit[1]
-
-    def __call__(self, name: str, **values) -> torch.Tensor:
-        fn = self.fn(name)
+    def __call__(self, name: str, **values) -> np.ndarray:
         try:
-            ordered = [values[str(a)] for a in fn.args]
+            fn, names = self.fns[name], self.args[name]
+        except KeyError:
+            raise KeyError(f"the theorem has no field {name!r}") from None
+        try:
+            ordered = [values[a] for a in names]
         except KeyError as exc:
-            raise TypeError(f"{name} needs {[str(a) for a in fn.args]}, missing {exc}") from None
-        return fn(*ordered)
+            raise TypeError(f"{name} needs {list(names)}, missing {exc}") from None
+        return np.asarray(fn(*ordered), dtype=np.float64)
 
 
-_EXTRA: dict = {}
+_COMPILED: dict[tuple, CompiledTheorem] = {}
 
 
-def _extra_expressions(theorem: Theorem) -> Mapping[str, sp.Expr]:
-    """Expressions composed from register objects (not retyped): the balance point ``u_star`` of a
-    closed-form term with ``b = c_M a_j``, and the ramp loss."""
-    hit = _EXTRA.get(id(theorem))
-    if hit is not None and hit[0] is theorem:
-        return hit[1]
-    bal = REGISTRY["balance_single_scale"].constants
-    (b_sym,) = bal["u_star"].free_symbols - {sp.Symbol("p", positive=True)}
-    massart = REGISTRY["massart_single_scale"].constants
-    coeff = massart["coefficient" if theorem.variants["massart"] == "centred" else "coefficient_uncentred"]
-    ramp = REGISTRY["ramp_loss_cover"].constants["ramp"]
-    # a fixed read-out's combiners: the theorem's own fields less the read-out summand, derived
-    # once in the certified layer (imported so both layers use the same expressions)
+def _register_patched() -> bool:
+    """True when the derivation's register is not the one numeric/generated.py was printed from (a
+    test swapped a lemma): then the fields are compiled from SymPy at run time."""
+    th = sys.modules.get("specbound.derivation.theorem")
+    return th is not None and th.REGISTRY is not th.SHIPPED_REGISTRY
 
 
-    free = readout_free_forms(theorem)
-    out = {
-        "u_star": bal["u_star"].xreplace({b_sym: coeff * theorem.a_matrix}),
-        "ramp": ramp,
-        "ss_closed_fixed": free["ss_closed"],
-        "dd_closed_fixed": free["dd_closed"],
-        "Lambda_total_fixed": free["Lambda_total"],
-    }
-    _EXTRA[id(theorem)] = (theorem, out)
-    return out
+def _generated(key: tuple) -> CompiledTheorem | None:
+    row = generated.THEOREMS.get(key)
+    if row is None:
+        return None
+    fns = {name: generated.FUNCTIONS[i] for name, i in row.items()}
+    args = {name: generated.ARGS[i] for name, i in row.items()}
+    fns["group_summand"] = generated.FUNCTIONS[generated.GROUP_SUMMAND]
+    args["group_summand"] = generated.ARGS[generated.GROUP_SUMMAND]
+    dd_upper = float(Fraction(generated.CONSTANTS[key]["dd_upper"]))
+    return CompiledTheorem(fns, args, dd_upper, dict(zip(VARIANT_NAMES, key)), generated.LAYOUTS[key[3]],
+                           "generated")
+
+
+def _from_sympy(settings: BoundSettings, activation: str, model: str) -> CompiledTheorem:
+    from specbound.derivation import evaluated
+    from specbound.derivation.backends import compile_expr
+    from specbound.derivation.theorem import theorem_for
+
+    T = theorem_for(settings, activation, model)
+    exprs = dict(evaluated.numeric_expressions(T))
+    exprs["group_summand"] = evaluated.GROUP[0]
+    fns, args = {}, {}
+    for name, expr in exprs.items():
+        fn = compile_expr(expr, "numpy")
+        fns[name], args[name] = fn, tuple(str(a) for a in fn.args)
+    return CompiledTheorem(fns, args, float(T.dd_upper), dict(T.variants), evaluated.layouts()[model], "sympy")
+
+
+def compiled_theorem(settings: BoundSettings, activation: str, model: str = "plain") -> CompiledTheorem:
+    """The theorem in force for ``settings``, ``activation`` and ``model``, as numpy callables: the
+    generated ones unless a lemma constant is overridden (or the register patched), then compiled
+    from the SymPy source."""
+    key = (settings.massart, settings.dudley, activation, model)
+    if settings.overrides or _register_patched():
+        return _from_sympy(settings, activation, model)  # not cached: the register may change
+    hit = _COMPILED.get(key)
+    if hit is None:
+        hit = _generated(key)
+        if hit is None:  # an unknown variant: the derivation layer says why, in one line
+            hit = _from_sympy(settings, activation, model)
+        _COMPILED[key] = hit
+    return hit
 
 
 # -- float facts about the network ----------------------------------------------------------------
 
 @dataclass(frozen=True, eq=False)
 class NetworkFacts:
-    """What the bound needs from the weights, as float tensors on one device.
+    """What the bound needs from the weights, as float64 numpy arrays.
 
     ``values[j, :rank_cap[j]]`` are the top singular values of matrix j (decreasing), zero beyond;
     ``proven_rank[j]`` is the rank bound used at p = 0 (``rank_cap``; 0 when a factor is exactly
-    zero); ``dims[j] = m_j + n_j``.  ``heads`` maps each head symbol of the variant's layout
+    zero); ``dims[j] = m_j + n_j``.  ``heads`` maps each head symbol name of the variant's layout
     (:func:`specbound.derivation.assembly.layout`) to the (L, H) row indices of the matrix feeding
-    it (for the shared key matrix: the head's group), ``layers`` each layer symbol to (L,) rows;
-    ``group`` (H,) is the key/value group of each head.  ``readout_norm`` is ``||w||`` (None: no
-    read-out in the checkpoint).
+    it (for the shared key matrix: the head's group), ``layers`` each layer symbol name to (L,)
+    rows; ``group`` (H,) is the key/value group of each head.  ``readout_norm`` is ``||w||`` (None:
+    no read-out in the checkpoint).  ``device`` is where the singular values were computed.
     """
 
     matrices: tuple[NamedMatrix, ...]
-    values: torch.Tensor
-    rank_cap: torch.Tensor
-    proven_rank: torch.Tensor
-    dims: torch.Tensor
+    values: np.ndarray
+    rank_cap: np.ndarray
+    proven_rank: np.ndarray
+    dims: np.ndarray
     heads: dict
     layers: dict
-    group: torch.Tensor
+    group: np.ndarray
     width: int
     num_layers: int
     readout_norm: float | None
     variant: str = "plain"
+    device: str = "cpu"
 
     @property
-    def spectral(self) -> torch.Tensor:
+    def spectral(self) -> np.ndarray:
         return self.values[:, 0]
 
-    @property
-    def device(self) -> torch.device:
-        return self.values.device
+
+def dtype_name(dtype) -> str:
+    """"float64" or "float32" for a torch or numpy dtype (or its name); SpecboundError otherwise."""
+    name = str(dtype).replace("torch.", "")
+    if name not in ("float64", "float32"):
+        raise SpecboundError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
+    return name
 
 
 def _group_key(matrix: NamedMatrix) -> tuple[int, int, int]:
@@ -151,25 +177,26 @@ def _group_key(matrix: NamedMatrix) -> tuple[int, int, int]:
     return (m, n, int(matrix.left.shape[1]) if matrix.is_factored else -1)
 
 
-def _stack(arrays: Sequence[np.ndarray], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    return torch.as_tensor(np.stack([np.asarray(a, dtype=np.float64) for a in arrays])).to(
-        device=device, dtype=dtype)
+def singular_values(matrices: Sequence[NamedMatrix], *, dtype="float64", device="cpu") -> np.ndarray:
+    """Top ``rank_cap`` singular values of every matrix, (J, max cap), float64 numpy, zero-padded.
 
-
-def singular_values(
-    matrices: Sequence[NamedMatrix], *, dtype: torch.dtype = torch.float64,
-    device: str | torch.device = "cpu",
-) -> torch.Tensor:
-    """Top ``rank_cap`` singular values of every matrix, (J, max cap), float64, zero-padded.
-
-    One batched call per shape group.  A factored ``W = F G`` with inner dimension r below
-    ``min(m, n)`` is reduced exactly (in real arithmetic) to an r x r core: with ``F = Q_F R_F`` and
-    ``G^T = Q_G R_G``, ``W = Q_F (R_F R_G^T) Q_G^T`` has the singular values of ``R_F R_G^T``.  This
-    is both faster than the SVD of the dense product and free of its rounding-noise tail.
+    Computed in torch (``dtype`` float64 or float32, on ``device``: the GPU path), one batched call
+    per shape group.  A factored ``W = F G`` with inner dimension r below ``min(m, n)`` is reduced
+    exactly (in real arithmetic) to an r x r core: with ``F = Q_F R_F`` and ``G^T = Q_G R_G``,
+    ``W = Q_F (R_F R_G^T) Q_G^T`` has the singular values of ``R_F R_G^T``.  This is both faster than
+    the SVD of the dense product and free of its rounding-noise tail.
     """
+    import torch  # only here: the spectra are the one heavy step, and torch is their GPU path
+
+    tdtype = getattr(torch, dtype_name(dtype))
     device = torch.device(device)
+
+    def stack(arrays):
+        return torch.as_tensor(np.stack([np.asarray(a, dtype=np.float64) for a in arrays])).to(
+            device=device, dtype=tdtype)
+
     caps = [m.rank_cap for m in matrices]
-    out = torch.zeros((len(matrices), max(caps, default=0)), dtype=torch.float64, device=device)
+    out = np.zeros((len(matrices), max(caps, default=0)), dtype=np.float64)
     groups: dict[tuple[int, int, int], list[int]] = {}
     for j, mat in enumerate(matrices):
         groups.setdefault(_group_key(mat), []).append(j)
@@ -177,7 +204,7 @@ def singular_values(
         k = min(m, n) if r < 0 else min(m, n, r)
         if k == 0:
             continue
-        left = _stack([matrices[j].left for j in idx], device, dtype)
+        left = stack([matrices[j].left for j in idx])
         if r < 0:
             # same singular values, but LAPACK's SVD is far faster on tall matrices than wide ones,
             # and faster still on the square triangular factor of a tall one
@@ -185,18 +212,17 @@ def singular_values(
             if max(m, n) >= 2 * min(m, n):
                 core = torch.linalg.qr(core, mode="r")[1]
         else:
-            right = _stack([matrices[j].right for j in idx], device, dtype)
+            right = stack([matrices[j].right for j in idx])
             if r < min(m, n):
                 r_f = torch.linalg.qr(left, mode="r")[1]
                 r_g = torch.linalg.qr(right.transpose(-1, -2), mode="r")[1]
                 core = r_f @ r_g.transpose(-1, -2)
             else:
                 core = left @ right
-        sig = torch.linalg.svdvals(core).to(torch.float64)[:, :k]
+        sig = torch.linalg.svdvals(core).to("cpu", torch.float64).numpy()[:, :k]
         if any(matrices[j].scale_sq != 1 for j in idx):  # sigma(cW) = c sigma(W), c > 0
-            sig = sig * torch.tensor([matrices[j].scale for j in idx], dtype=torch.float64,
-                                     device=sig.device)[:, None]
-        out[torch.tensor(idx, device=device), :k] = sig
+            sig = sig * np.array([matrices[j].scale for j in idx], dtype=np.float64)[:, None]
+        out[np.array(idx), :k] = sig
     return out
 
 
@@ -222,68 +248,77 @@ def _is_structurally_zero(mat: NamedMatrix) -> bool:
     return mat.right is not None and not np.any(mat.right)
 
 
-def _layer_index(weights: AnalysisWeights, matrices: Sequence[NamedMatrix], device):
+def _layer_index(weights: AnalysisWeights, matrices: Sequence[NamedMatrix], lay: Mapping):
     """Row indices feeding the variant's head and layer symbols, and the head -> group map."""
     where = {(m.layer, m.kind, m.head): j for j, m in enumerate(matrices)}
-    lay = layout(weights.variant)
     H, L = weights.num_heads, weights.num_layers
     group = [kv_group(h, H, weights.num_kv_heads) for h in range(H)]
-    as_t = lambda x: torch.tensor(x, dtype=torch.int64, device=device)  # noqa: E731
+    as_i = lambda x: np.array(x, dtype=np.int64)  # noqa: E731
     try:
-        heads = {sym: as_t([[where[(l, kind, group[h] if kind == lay.shared else h)] for h in range(H)]
-                            for l in range(L)]) for sym, kind in lay.head.items()}
-        layers = {sym: as_t([where[(l, kind, -1)] for l in range(L)]) for sym, kind in lay.layer.items()}
+        heads = {sym: as_i([[where[(l, kind, group[h] if kind == lay["shared"] else h)] for h in range(H)]
+                            for l in range(L)]).reshape(L, H) for sym, kind in lay["head"].items()}
+        layers = {sym: as_i([where[(l, kind, -1)] for l in range(L)]) for sym, kind in lay["layer"].items()}
     except KeyError as exc:
         raise SpecboundError(f"weights lack matrix (layer, type, head) = {exc.args[0]}") from None
-    return heads, layers, as_t(group)
+    return heads, layers, as_i(group)
 
 
-def network_facts(
-    weights: AnalysisWeights, *, spectra=None, dtype: torch.dtype = torch.float64,
-    device: str | torch.device = "cpu",
-) -> NetworkFacts:
-    """:class:`NetworkFacts` of ``weights``; ``spectra`` (a ``numeric.spectra.Spectra`` or a (J, K)
-    tensor of decreasing singular values) is reused when given, truncated to each rank cap."""
-    device = torch.device(device)
+def network_facts(weights: AnalysisWeights, *, spectra=None, dtype="float64", device="cpu") -> NetworkFacts:
+    """:class:`NetworkFacts` of ``weights``; ``spectra`` (a ``numeric.spectra.Spectra``, a (J, K)
+    array or tensor of decreasing singular values) is reused when given, truncated to each rank cap;
+    otherwise :func:`singular_values` computes them (torch, ``dtype`` on ``device``)."""
     mats = tuple(weights.matrices)
-    caps = torch.tensor([m.rank_cap for m in mats], dtype=torch.int64, device=device)
+    caps = np.array([m.rank_cap for m in mats], dtype=np.int64)
     if spectra is None:
         values = singular_values(mats, dtype=dtype, device=device)
     else:
-        raw = spectra if isinstance(spectra, (torch.Tensor, np.ndarray)) else spectra.values
-        raw = torch.as_tensor(raw, dtype=torch.float64).to(device)
+        raw = spectra if not hasattr(spectra, "values") or callable(spectra.values) else spectra.values
+        if hasattr(raw, "detach"):  # a torch tensor, possibly on a GPU
+            raw = raw.detach().to("cpu").double().numpy()
+        raw = np.asarray(raw, dtype=np.float64)
         width = int(caps.max()) if len(mats) else 0
-        values = torch.zeros((len(mats), width), dtype=torch.float64, device=device)
+        values = np.zeros((len(mats), width), dtype=np.float64)
         k = min(width, raw.shape[1])
-        keep = torch.arange(k, device=device)[None, :] < caps[:, None]
-        values[:, :k] = torch.where(keep, raw[:, :k], 0.0)
-    zero = torch.tensor([_is_structurally_zero(m) for m in mats], device=device)
-    rank_cap = caps.to(torch.float64)
-    proven = torch.where(zero, 0.0, rank_cap)
-    values = torch.where(zero[:, None], 0.0, values)
-    dims = torch.tensor([float(sum(m.shape)) for m in mats], dtype=torch.float64, device=device)
-    heads, layers, group = _layer_index(weights, mats, device)
+        keep = np.arange(k)[None, :] < caps[:, None]
+        values[:, :k] = np.where(keep, raw[:, :k], 0.0)
+    zero = np.array([_is_structurally_zero(m) for m in mats], dtype=bool)
+    rank_cap = caps.astype(np.float64)
+    proven = np.where(zero, 0.0, rank_cap)
+    values = np.where(zero[:, None], 0.0, values)
+    dims = np.array([float(sum(m.shape)) for m in mats], dtype=np.float64)
+    heads, layers, group = _layer_index(weights, mats, generated.LAYOUTS[weights.variant]
+                                        if weights.variant in generated.LAYOUTS else _sympy_layout(weights.variant))
     w = weights.readout
     norm = None if w is None else float(np.linalg.norm(np.asarray(w, dtype=np.float64)))
     return NetworkFacts(mats, values, rank_cap, proven, dims, heads, layers, group,
-                        int(weights.width), int(weights.num_layers), norm, weights.variant)
+                        int(weights.width), int(weights.num_layers), norm, weights.variant, str(device))
+
+
+def _sympy_layout(model: str) -> Mapping:
+    from specbound.derivation.evaluated import layouts
+
+    try:
+        return layouts()[model]
+    except KeyError:
+        raise SpecboundError(f"unknown model variant {model!r}") from None
 
 
 # -- grids and radii ------------------------------------------------------------------------------
 
-def grid_up(x: torch.Tensor, beta: Fraction | float) -> torch.Tensor:
+def grid_up(x, beta: Fraction | float) -> np.ndarray:
     """The least integer k with ``beta^k >= x`` (float64 decision), for x > 0; 0 where x <= 0.
 
     proofs_notes/theory.md section 6: k = ceil(log_beta x).  The float log is corrected by one step either
     way so that, in float64, ``beta^(k-1) < x <= beta^k``.
     """
     b = float(beta)
+    x = np.asarray(x, dtype=np.float64)
     pos = x > 0
-    safe = torch.where(pos, x, torch.ones_like(x))
-    k = torch.ceil(torch.log(safe) / math.log(b))
-    k = torch.where(torch.pow(b, k) < safe, k + 1, k)
-    k = torch.where(torch.pow(b, k - 1) >= safe, k - 1, k)
-    return torch.where(pos, k, torch.zeros_like(k))
+    safe = np.where(pos, x, 1.0)
+    k = np.ceil(np.log(safe) / math.log(b))
+    k = np.where(np.power(b, k) < safe, k + 1, k)
+    k = np.where(np.power(b, k - 1) >= safe, k - 1, k)
+    return np.where(pos, k, 0.0)
 
 
 def grid_down(x: float, beta: Fraction) -> int:
@@ -297,50 +332,49 @@ def grid_down(x: float, beta: Fraction) -> int:
     return k
 
 
-def power(beta: Fraction, k: torch.Tensor | int) -> torch.Tensor | float:
-    """``beta^k`` in float64 (k integer-valued)."""
-    if isinstance(k, torch.Tensor):
-        return torch.pow(torch.as_tensor(float(beta), dtype=torch.float64, device=k.device), k)
-    return float(Fraction(beta) ** k)
+def power(beta: Fraction, k) -> np.ndarray | float:
+    """``beta^k`` in float64 (k integer-valued): an array for an array k, else the rounded exact power."""
+    if isinstance(k, np.ndarray):
+        return np.power(float(beta), k)
+    return float(Fraction(beta) ** int(k))
 
 
-def schatten_table(values: torch.Tensor, ps: torch.Tensor) -> torch.Tensor:
-    """``S_p = sum_i sigma_i^p`` for every row and every p in ``ps`` (one tensor op): (J, P).
+def schatten_table(values: np.ndarray, ps: np.ndarray) -> np.ndarray:
+    """``S_p = sum_i sigma_i^p`` for every row and every p in ``ps`` (one array op): (J, P).
 
     Zero singular values (padding included) contribute 0 for every p > 0.  The p = 0 column is
     *not* meaningful here (the caller uses a proven rank).
     """
-    ps = ps.to(values)
     pos = values > 0
-    logs = torch.log(torch.where(pos, values, torch.ones_like(values)))
-    powers = torch.exp(logs[:, :, None] * ps[None, None, :])
-    return torch.where(pos[:, :, None], powers, 0.0).sum(dim=1)
+    logs = np.log(np.where(pos, values, 1.0))
+    powers = np.exp(logs[:, :, None] * ps[None, None, :])
+    return np.where(pos[:, :, None], powers, 0.0).sum(axis=1)
 
 
-def schatten_at(values: torch.Tensor, ps: torch.Tensor) -> torch.Tensor:
+def schatten_at(values: np.ndarray, ps: np.ndarray) -> np.ndarray:
     """``S_{p_j}`` of row j for one p per row (p > 0): (J,)."""
     pos = values > 0
-    logs = torch.log(torch.where(pos, values, torch.ones_like(values)))
-    return torch.where(pos, torch.exp(logs * ps[:, None]), 0.0).sum(dim=1)
+    logs = np.log(np.where(pos, values, 1.0))
+    return np.where(pos, np.exp(logs * ps[:, None]), 0.0).sum(axis=1)
 
 
 @dataclass(frozen=True, eq=False)
 class Sensitivities:
-    """Radii and loss-scale sensitivities of one rounding (float64 tensors).
+    """Radii and loss-scale sensitivities of one rounding (float64 arrays).
 
     ``k_c``/``c``: spectral radii c~ = beta_c^k_c (J,); ``lipschitz``/``alpha``: (L,);
     ``gamma`` (J,); ``B_w``, ``k_w``: read-out radius; ``kappa``: (..., J) for the margins given.
     """
 
-    k_c: torch.Tensor
-    c: torch.Tensor
-    lipschitz: torch.Tensor
-    alpha: torch.Tensor
-    gamma: torch.Tensor
+    k_c: np.ndarray
+    c: np.ndarray
+    lipschitz: np.ndarray
+    alpha: np.ndarray
+    gamma: np.ndarray
     B_w: float
     k_w: int
     readout: str
-    kappa: torch.Tensor
+    kappa: np.ndarray
 
 
 def readout_radius(facts: NetworkFacts, settings: BoundSettings) -> tuple[str, float, int]:
@@ -350,107 +384,100 @@ def readout_radius(facts: NetworkFacts, settings: BoundSettings) -> tuple[str, f
         return "fixed", 1.0, 0
     if settings.readout == "fixed":
         return "fixed", facts.readout_norm, 0
-    k_w = int(grid_up(torch.tensor([facts.readout_norm], dtype=torch.float64), settings.beta_w)[0])
+    k_w = int(grid_up(np.array([facts.readout_norm]), settings.beta_w)[0])
     return "trained", power(settings.beta_w, k_w), k_w
 
 
-def _call(ct: CompiledTheorem, name: str, values: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """``ct(name)`` with the arguments its expression needs taken from ``values`` by name."""
-    fn = ct.fn(name)
-    return ct(name, **{str(a): values[str(a)] for a in fn.args})
-
-
 def sensitivities(
-    ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, rho: torch.Tensor
+    ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, rho
 ) -> Sensitivities:
     """Radii c~, layer constants and kappa_j = B_w alpha_l(j) gamma_j / rho for every margin in
     ``rho`` (any shape; kappa gets shape ``rho.shape + (J,)``)."""
     beta_c = settings.base_c(facts.num_layers, facts.variant)
     k_c = grid_up(facts.spectral, beta_c)
     c = power(beta_c, k_c)
-    lay = layout(facts.variant)
-    head_c = {str(sym): c[ix] for sym, ix in facts.heads.items()}  # (L, H) each
-    layer_c = {str(sym): c[ix] for sym, ix in facts.layers.items()}  # (L,) each
-    head = _call(ct, "head_summand", head_c)
-    lip = _call(ct, "layer_lipschitz", layer_c | {"Sigma_h": head.sum(dim=1)})
+    lay = ct.layout
+    head_c = {sym: c[ix] for sym, ix in facts.heads.items()}  # (L, H) each
+    layer_c = {sym: c[ix] for sym, ix in facts.layers.items()}  # (L,) each
+    head = ct("head_summand", **head_c)
+    lip = np.broadcast_to(ct("layer_lipschitz", **layer_c, Sigma_h=head.sum(axis=1)), (facts.num_layers,))
     # alpha_l = product of the later layers' constants (alpha_L = 1), by the theorem's alpha_step
-    alphas = [torch.ones((), dtype=torch.float64, device=c.device)]
+    alphas = [np.float64(1.0)]
     for l in range(facts.num_layers - 1, 0, -1):
         alphas.append(ct("alpha_step", alpha=alphas[-1], mathcal_L=lip[l]))
-    alpha = torch.stack(alphas[::-1])
-    layer = torch.tensor([m.layer for m in facts.matrices], device=c.device)
-    head_of = torch.tensor([max(m.head, 0) for m in facts.matrices], device=c.device)
-    gamma = torch.empty_like(c)
-    if lay.shared is not None:  # Sigma_g per (layer, group): the heads' GROUP_SUMMAND added up
-        one = compile_expr(GROUP_SUMMAND, "torch")
-        per_head = one(*(head_c[str(a)] for a in one.args))
-        n_groups = int(facts.group.max()) + 1 if facts.group.numel() else 0
-        sigma_g = torch.zeros((facts.num_layers, n_groups), dtype=c.dtype, device=c.device)
-        sigma_g.index_add_(1, facts.group, per_head)
-    for kind, key in lay.gamma_key.items():
+    alpha = np.stack(alphas[::-1])
+    layer = np.array([m.layer for m in facts.matrices], dtype=np.int64)
+    head_of = np.array([max(m.head, 0) for m in facts.matrices], dtype=np.int64)
+    gamma = np.empty_like(c)
+    if lay["shared"] is not None:  # Sigma_g per (layer, group): the heads' GROUP_SUMMAND added up
+        per_head = np.broadcast_to(ct("group_summand", **head_c), (facts.num_layers, len(facts.group)))
+        n_groups = int(facts.group.max()) + 1 if facts.group.size else 0
+        sigma_g = np.zeros((facts.num_layers, n_groups), dtype=np.float64)
+        np.add.at(sigma_g, (slice(None), facts.group), per_head)
+    for kind, key in lay["gamma_key"].items():
         rows = [j for j, m in enumerate(facts.matrices) if m.kind == kind]
         if not rows:
             continue
-        ix = torch.tensor(rows, device=c.device)
+        ix = np.array(rows, dtype=np.int64)
         args = {name: val[layer[ix]] for name, val in layer_c.items()}
-        if kind == lay.shared:
+        if kind == lay["shared"]:
             args["Sigma_g"] = sigma_g[layer[ix], head_of[ix]]
         elif facts.matrices[rows[0]].head >= 0:
             args |= {name: val[layer[ix], head_of[ix]] for name, val in head_c.items()}
-        g = _call(ct, "gamma_" + key, args)
-        gamma[ix] = torch.broadcast_to(torch.as_tensor(g).to(gamma), ix.shape)
+        gamma[ix] = np.broadcast_to(ct("gamma_" + key, **args), ix.shape)
     readout, B_w, k_w = readout_radius(facts, settings)
-    rho = torch.as_tensor(rho, dtype=torch.float64, device=c.device)
+    rho = np.asarray(rho, dtype=np.float64)
     kappa = ct("kappa", B_w=B_w, alpha=alpha[layer], gamma=gamma, rho=rho[..., None])
-    return Sensitivities(k_c, c, lip, alpha, gamma, B_w, k_w, readout, kappa)
+    return Sensitivities(k_c, c, np.asarray(lip, dtype=np.float64), alpha, gamma, B_w, k_w, readout, kappa)
 
 
 # -- per-matrix pieces on the whole grid ----------------------------------------------------------
 
 @dataclass(frozen=True, eq=False)
 class GridTerms:
-    """Every matrix at every grid point p (float64 tensors, shape (J, P), or (..., J, P) where the
+    """Every matrix at every grid point p (float64 arrays, shape (J, P), or (..., J, P) where the
     margin enters): Schatten powers ``S``, their radii ``k_s``/``s``, the closed-form single-scale
     terms ``ss`` (the theorem's ``ss_matrix_term`` for p > 0, ``ss_matrix_term_rank`` at p = 0;
     +inf where p > 0 is not allowed: a structurally zero matrix) and the per-matrix part of Lambda
     ``lam``."""
 
-    ps: torch.Tensor
-    S: torch.Tensor
-    k_s: torch.Tensor
-    s: torch.Tensor
-    ss: torch.Tensor
-    lam: torch.Tensor
+    ps: np.ndarray
+    S: np.ndarray
+    k_s: np.ndarray
+    s: np.ndarray
+    ss: np.ndarray
+    lam: np.ndarray
 
 
 def grid_terms(
     ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, sens: Sensitivities,
-    ps: torch.Tensor, m: int,
+    ps: np.ndarray, m: int,
 ) -> GridTerms:
     """:class:`GridTerms` for all matrices and all of ``ps`` at once (no loop over p)."""
-    ps = ps.to(facts.values)
+    ps = np.asarray(ps, dtype=np.float64)
     S = schatten_table(facts.values, ps)
     k_s = grid_up(S, settings.beta_s)
     s = power(settings.beta_s, k_s)
     zero_p = ps == 0
-    p_pos = torch.where(zero_p, torch.ones_like(ps), ps)  # keep p = 0 out of the p > 0 formulas
+    p_pos = np.where(zero_p, 1.0, ps)  # keep p = 0 out of the p > 0 formulas
     kap = sens.kappa[..., :, None]
     c, d = sens.c[:, None], facts.dims[:, None]
     n = float(settings.n)
-    pos = ct("ss_matrix_term", c=c, d=d, kappa=kap, n=n, p=p_pos, s=s)
-    rank = ct("ss_matrix_term_rank", c=c, d=d, kappa=kap, n=n, r_max=facts.rank_cap[:, None],
-              s=facts.proven_rank[:, None])
+    with np.errstate(all="ignore"):  # inf/nan where a formula does not apply; masked below
+        pos = ct("ss_matrix_term", c=c, d=d, kappa=kap, n=n, p=p_pos, s=s)
+        rank = ct("ss_matrix_term_rank", c=c, d=d, kappa=kap, n=n, r_max=facts.rank_cap[:, None],
+                  s=facts.proven_rank[:, None])
     zero_m = (facts.proven_rank == 0) | (facts.spectral == 0)
-    pos = torch.where(zero_m[:, None], torch.inf, pos)
-    ss = torch.where(zero_p, rank, pos)
+    pos = np.where(zero_m[:, None], np.inf, pos)
+    ss = np.where(zero_p, rank, pos)
     mg = float(m)
     lam_pos = ct("lambda_matrix", k_c=sens.k_c[:, None], k_s=k_s, m_grid=mg)
     lam_rank = ct("lambda_matrix_rank", k_c=sens.k_c[:, None], m_grid=mg, r_max=facts.rank_cap[:, None])
-    lam = torch.where(zero_p, torch.broadcast_to(lam_rank, lam_pos.shape), lam_pos)
+    lam = np.where(zero_p, np.broadcast_to(lam_rank, lam_pos.shape), lam_pos)
     return GridTerms(ps, S, k_s, s, ss, lam)
 
 
-def lambda_total(ct: CompiledTheorem, lam_sum: torch.Tensor, k_rho, sens: Sensitivities) -> torch.Tensor:
+def lambda_total(ct: CompiledTheorem, lam_sum, k_rho, sens: Sensitivities) -> np.ndarray:
     """Lambda(theta) from the per-matrix sum; a fixed read-out is not on the grid, so the
     theorem's form without the lambda(k_w) summand is used (proofs_notes/theory.md section 7, fixed w)."""
     if sens.readout == "fixed":
@@ -458,7 +485,7 @@ def lambda_total(ct: CompiledTheorem, lam_sum: torch.Tensor, k_rho, sens: Sensit
     return ct("Lambda_total", Lambda_sum=lam_sum, k_rho=k_rho, k_w=float(sens.k_w))
 
 
-def ss_closed(ct: CompiledTheorem, sens: Sensitivities, T_sum, N: float, n: float, rho) -> torch.Tensor:
+def ss_closed(ct: CompiledTheorem, sens: Sensitivities, T_sum, N: float, n: float, rho) -> np.ndarray:
     """SS closed form from the sum of the matrix terms (without the read-out's term when fixed)."""
     if sens.readout == "fixed":
         return ct("ss_closed_fixed", T_sum=T_sum, n=n)
@@ -466,9 +493,9 @@ def ss_closed(ct: CompiledTheorem, sens: Sensitivities, T_sum, N: float, n: floa
 
 
 def dd_closed(ct: CompiledTheorem, sens: Sensitivities, D_sum, N: float, n: float, rho, alpha_D,
-              vartheta_w) -> torch.Tensor:
+              vartheta_w) -> np.ndarray:
     """Dudley closed form from the sum of the matrix pieces (without the read-out's when fixed)."""
     if sens.readout == "fixed":
         return ct("dd_closed_fixed", D_sum=D_sum, alpha_D=alpha_D, n=n)
-    return ct("dd_closed", B_w=sens.B_w, D_sum=D_sum, N=N, alpha_D=alpha_D, n=n, rho=rho,
+    return ct("dd_closed", B_w=sens.B_w, N=N, D_sum=D_sum, alpha_D=alpha_D, n=n, rho=rho,
               vartheta_w=vartheta_w)

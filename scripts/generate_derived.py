@@ -24,7 +24,7 @@ import os
 
 import sympy as sp
 
-from specbound.derivation import posthoc
+from specbound.derivation import assembly, posthoc
 
 from specbound.derivation import evaluated
 from specbound.derivation.backends import ARB_HELPERS, NUMPY_HELPERS, arb_source, numpy_source, rounding_violations
@@ -133,23 +133,39 @@ def source() -> str:
         '"""',
         "",
         "import math",
+        "from fractions import Fraction",
         "",
     ]
     for name, expr, args, what in FUNCTIONS:
         params = ", ".join(str(a) for a in args)
         lines += ["", f"def {name}({params}):", f'    """{what}."""', f"    return {sp.pycode(expr)}", ""]
+    for model in evaluated.VARIANTS["model"]:
+        num, den = sp.fraction(sp.together(assembly.beta_c_expression(model)))
+        lines += ["", f"def _beta_c_{model}(L):",
+                  f'    """Default beta_c of the {model} variant (assembly.beta_c_expression), exact."""',
+                  f"    return Fraction({sp.pycode(sp.expand(num))}, {sp.pycode(sp.expand(den))})", ""]
+    lines += ["", "#: model variant -> L -> the default spectral grid base beta_c (a Fraction)",
+              "BETA_C = {" + ", ".join(f"{m!r}: _beta_c_{m}" for m in evaluated.VARIANTS["model"]) + "}", ""]
     fns = _Functions(numpy_source, convert=False)
-    table = []
+    table, constants = [], []
     for key in evaluated.variant_keys():
         T = evaluated.theorem_of(key)
         row = {name: fns.add(expr, _args(expr, None)) for name, expr in evaluated.numeric_expressions(T).items()}
         table.append(f"    {key!r}: {row!r},")
+        constants.append(f"    {key!r}: {evaluated.constants_of(T)!r},")
+    group = fns.add(evaluated.GROUP[0], _args(evaluated.GROUP[0], None))
     lines += ["", "# -- the theorem's fields in numpy (float64, uncertified: the planner's choices) " + "-" * 14,
               "", "import numpy as np", "", NUMPY_HELPERS.strip("\n"), ""]
     lines += fns.lines("_n")
     lines += ["", "#: (massart, dudley, activation, model) -> {field name: index into FUNCTIONS}; every",
               "#: function takes the sorted free symbols of its expression (names in ARGS)",
-              "THEOREMS = {"] + table + ["}", ""]
+              "THEOREMS = {"] + table + ["}", "",
+              "#: (massart, dudley, activation, model) -> exact constants (\"p/q\" strings)",
+              "CONSTANTS = {"] + constants + ["}", "",
+              "#: model variant -> layout with symbol names (specbound.derivation.assembly.layout)",
+              f"LAYOUTS = {evaluated.layouts()!r}", "",
+              "#: index of the key/value group summand (assembly.GROUP_SUMMAND)",
+              f"GROUP_SUMMAND = {group}", ""]
     return "\n".join(lines)
 
 

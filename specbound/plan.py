@@ -62,11 +62,14 @@ class BoundSettings:
 
     def base_c(self, num_layers: int, model: str = "plain") -> Fraction:
         """beta_c, by default 1 + 1/(4L), 1 + 1/(6L) for the LS variants (proofs_notes/theory.md
-        section 6, recommended bases; :func:`specbound.derivation.assembly.default_beta_c`)."""
+        section 6, recommended bases; :func:`specbound.derivation.assembly.beta_c_expression`)."""
         if self.beta_c is not None:
             return Fraction(self.beta_c)
-        from specbound.derivation.assembly import default_beta_c
-        return default_beta_c(num_layers, model)
+        # printed from assembly.beta_c_expression (no SymPy import on the run paths)
+        from specbound.numeric.generated import BETA_C
+        if model not in BETA_C:
+            raise SpecboundError(f"unknown model variant {model!r}; expected one of {sorted(BETA_C)}")
+        return BETA_C[model](int(num_layers))
 
 
 @dataclass(frozen=True)

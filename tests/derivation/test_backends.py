@@ -8,7 +8,7 @@ import sympy as sp
 from flint import arb, ctx
 
 from specbound.derivation import assemble
-from specbound.derivation.backends import arb_source, to_arb, to_mpmath, to_torch
+from specbound.derivation.backends import arb_source, compile_expr, to_arb, to_mpmath, to_torch
 
 FIELDS_WITH_CEILING = ("entropy_schatten", "ss_matrix_entropy", "dd_matrix_entropy")
 CHECKED = ("head_summand", "layer_lipschitz", "gamma_A", "gamma_V", "gamma_M_in", "gamma_M_out",
@@ -149,3 +149,20 @@ def test_torch_ceiling_and_min():
     vals = dict(c=2.0, d=10, epsilon=0.3, p=0.5, r_max=7, s=1.5)
     ref = f_mp(*(vals[str(a)] for a in args))
     assert abs(float(f(*(vals[str(a)] for a in args))) - float(ref)) < 1e-12 * float(ref)
+
+
+@pytest.mark.parametrize("build", [
+    lambda x, y: sp.log(x) + 1 / x,                 # one argument
+    lambda x, y: y / x + sp.log(x) * sp.sqrt(y),    # two, with the numpy helper _f inside
+    lambda x, y: sp.Min(x, y) ** sp.Rational(1, 3),
+])
+def test_numpy_backend_evaluates_the_expression_itself(build):
+    # regression: the compiled expression once shared its name with the numpy helper ``_f``, so a
+    # helper call (or the wrapper's conversion) re-entered the expression: wrong values or a TypeError
+    x, y = sp.symbols("x y", positive=True)
+    expr = build(x, y)
+    fn = compile_expr(expr, "numpy")
+    vals = {x: 2.5, y: 0.75}
+    got = float(fn(*(vals[a] for a in fn.args)))
+    ref = float(expr.xreplace({s: sp.Float(v, 30) for s, v in vals.items()}).evalf(30))
+    assert got == pytest.approx(ref, rel=1e-14)

@@ -39,3 +39,99 @@ def test_grid_points_are_the_correctly_rounded_rationals(m):
     pts = schatten_grid(m)
     assert [Fraction(float(x)) for x in pts] == [Fraction(float(Fraction(i, m))) for i in range(2 * m + 1)]
     assert pts[0] == 0 and pts[-1] == 2 and generated.grid_point(m, m) == 1
+
+
+# -- the theorem's fields: generated code == the SymPy source ------------------------------------
+
+import numpy as np  # noqa: E402
+import sympy as sp  # noqa: E402
+from flint import arb, ctx  # noqa: E402
+
+from specbound.certified import generated as cgen  # noqa: E402
+from specbound.derivation import evaluated  # noqa: E402
+from specbound.derivation.assembly import beta_c_expression, default_beta_c  # noqa: E402
+
+KEYS = evaluated.variant_keys()
+#: variants whose every field is checked value by value (the others share most functions)
+SAMPLED = [k for k in KEYS if k[0] == k[1]][::3] + [("uncentred", "centred", "silu", "ls_residual")]
+
+
+def test_checked_in_certified_module_equals_a_fresh_generation():
+    with open(os.path.join(ROOT, "certified", "generated.py")) as fh:
+        assert fh.read() == _generator().certified_source(), "run scripts/generate_derived.py"
+
+
+def _inputs(names, seed):
+    # positive values in a range every field accepts (p in (0, 2), alpha_D small, weights in (0, 1))
+    rng = np.random.default_rng(seed)
+    out = {}
+    for a in names:
+        if a == "p":
+            out[a] = float(rng.uniform(0.1, 1.9))
+        elif a in ("vartheta", "vartheta_w", "delta", "alpha_D", "u", "u_w"):
+            out[a] = float(rng.uniform(0.01, 0.5))
+        elif a in ("n", "N", "d", "r_max", "m_grid"):
+            out[a] = float(rng.integers(8, 4096))
+        else:
+            out[a] = float(rng.uniform(0.5, 3.0))
+    return out
+
+
+@pytest.mark.parametrize("key", SAMPLED, ids=lambda k: "-".join(k))
+def test_generated_numpy_fields_equal_the_sympy_expressions(key):
+    T = evaluated.theorem_of(key)
+    row = generated.THEOREMS[key]
+    exprs = evaluated.numeric_expressions(T)
+    assert set(row) == set(exprs)
+    for seed, (name, expr) in enumerate(sorted(exprs.items())):
+        fn, names = generated.FUNCTIONS[row[name]], generated.ARGS[row[name]]
+        assert names == tuple(sorted((str(s) for s in expr.free_symbols)))
+        vals = _inputs(names, seed)
+        ref = complex(expr.xreplace({s: sp.Float(vals[str(s)], 50) for s in expr.free_symbols}).evalf(50))
+        got = float(fn(*(vals[a] for a in names)))
+        if not np.isfinite(ref.real) or abs(ref.imag) > 0:
+            continue  # outside the field's domain at these inputs
+        assert got == pytest.approx(ref.real, rel=1e-9, abs=1e-300), name
+
+
+@pytest.mark.parametrize("key", SAMPLED, ids=lambda k: "-".join(k))
+def test_generated_arb_fields_contain_the_sympy_value(key):
+    T = evaluated.theorem_of(key)
+    for fixed in (False, True):
+        row = cgen.THEOREMS[key + (fixed,)]
+        for seed, (name, (expr, args)) in enumerate(sorted(evaluated.certified_expressions(T, fixed).items())):
+            fn, names = cgen.FUNCTIONS[row[name]], cgen.ARGS[row[name]]
+            args = tuple(args) if args is not None else tuple(sorted(expr.free_symbols, key=str))
+            assert names == tuple(str(a) for a in args)
+            vals = _inputs(names, seed)
+            ref = complex(expr.xreplace({s: sp.Float(vals[str(s)], 60) for s in expr.free_symbols}).evalf(50))
+            if not np.isfinite(ref.real) or abs(ref.imag) > 0:
+                continue
+            ball = fn(*(vals[a] for a in names))
+            # a ball around the 50-digit value that contains the exact one: the generated ball must
+            # meet it (it holds the exact value; an exact ball, e.g. 2 Min(SS, DD), is that value)
+            saved, ctx.prec = ctx.prec, 200
+            try:
+                ref_ball = arb(f"{sp.Float(ref.real, 50)} +/- 1e-40")
+            finally:
+                ctx.prec = saved
+            assert ball.overlaps(ref_ball) and ball.rad() < 1e-10 * (1 + abs(ball.mid())), (name, ball, ref_ball)
+
+
+@pytest.mark.parametrize("model", evaluated.VARIANTS["model"])
+def test_generated_beta_c_equals_the_exact_default(model):
+    for L in (1, 2, 3, 7, 48, 1000):
+        assert generated.BETA_C[model](L) == default_beta_c(L, model) == Fraction(
+            str(sp.Rational(beta_c_expression(model).subs(sp.Symbol("L", positive=True, integer=True), L))))
+
+
+def test_generated_constants_and_layouts_equal_the_derivation():
+    for key in KEYS:
+        assert generated.CONSTANTS[key] == evaluated.constants_of(evaluated.theorem_of(key))
+    assert generated.LAYOUTS == evaluated.layouts()
+    group = generated.FUNCTIONS[generated.GROUP_SUMMAND]
+    expr = evaluated.GROUP[0]
+    names = generated.ARGS[generated.GROUP_SUMMAND]
+    vals = _inputs(names, 0)
+    assert float(group(*(vals[a] for a in names))) == pytest.approx(
+        float(expr.xreplace({s: vals[str(s)] for s in expr.free_symbols})), rel=1e-12)

@@ -189,3 +189,22 @@ def test_certify_on_the_training_sample_when_the_record_asks_for_it(capsys, tmp_
     assert doc["empirical_source"]["kind"] == "train" and doc["settings"]["n"] == 24
     code, out, _ = run(capsys, "verify", str(cert), str(ckpt))
     assert code == 0 and out.startswith("VALID")
+
+
+@pytest.mark.parametrize("extra", [[], ["--samples", "64"]])
+def test_certify_imports_neither_torch_nor_sympy(tmp_path, extra):
+    # issue 12: the certified path (enclosures, planner on their midpoints, fast forward pass, Arb
+    # bound from generated code) runs without torch and SymPy: a BERT checkpoint with an empirical
+    # term given by n, and the embedded default on fresh samples (the certified forward pass)
+    import subprocess
+    import sys
+
+    from tests.numeric.bert_reference import write_random_bert
+
+    target = [write_random_bert(str(tmp_path), seed=2), "--n", "1000000"] if not extra else extra
+    code = ("import sys; from specbound.cli import main; rc = main(['certify', *%r, '--json']); "
+            "bad = [m for m in ('torch', 'sympy') if m in sys.modules]; "
+            "print('IMPORTED', bad, file=sys.stderr) if bad else None; "
+            "sys.exit(rc or (3 if bad else 0))" % (target,))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
