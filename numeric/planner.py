@@ -45,7 +45,7 @@ from .evaluation import evaluate_facts
 from .grid import grid_size, schatten_grid
 from .terms import (
     CompiledTheorem, NetworkFacts, as_margins, compiled_theorem, dd_closed, enclosure_midpoints, grid_down,
-    grid_terms, grid_up, lambda_total, network_facts, power, sensitivities, ss_closed,
+    grid_terms, grid_up, lambda_total, network_facts, power, row_blocks, sensitivities, ss_closed,
 )
 
 ALPHA_POINTS = 64
@@ -178,8 +178,9 @@ def plan_for(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, 
     first = np.argmin(g.ss, axis=-1)
     lam0 = lambda_total(ct, _take(lam_full, first).sum(-1), k_rho, sens)
     slope = np.broadcast_to(ct("confidence_dLambda", Lambda=lam0, delta=settings.delta, n=n), lam0.shape)
-    cost = 2.0 * g.ss + slope[:, None, None] * g.lam
-    choice = np.argmin(cost, axis=-1)  # (R, J), first minimiser
+    choice = np.empty(g.ss.shape[:-1], dtype=np.int64)  # (R, J), first minimiser of the cost
+    for b in row_blocks(g.ss.shape[1], g.ss.shape[0] * g.ss.shape[2]):
+        choice[:, b] = np.argmin(2.0 * g.ss[:, b] + slope[:, None, None] * g.lam[b], axis=-1)
     ss_chosen = _take(g.ss, choice)
     lam_chosen = _take(lam_full, choice)
     Lam = lambda_total(ct, lam_chosen.sum(-1), k_rho, sens)
@@ -267,13 +268,17 @@ def _exact_single_scale(ct, facts, settings, sens, g, ps, rho, k_rho, start, clo
     kap = sens.kappa[:, None, None]
     zero_p = ps == 0
     p_pos = np.where(zero_p, 1.0, ps)[None, :, None]
-    with np.errstate(all="ignore"):
-        H = ct("ss_matrix_entropy", c=c, d=d, kappa=kap, p=p_pos, r_max=r, s=g.s[:, :, None], u=us)
-        H_rank = ct("ss_matrix_entropy_rank", c=c, d=d, kappa=kap, r_max=r, s=facts.proven_rank[:, None, None],
-                    u=us)
-    H_rank = np.where(facts.proven_rank[:, None, None] == 0, 0.0, H_rank)
     zero_m = ((facts.proven_rank == 0) | (facts.spectral == 0))[:, None, None]
-    H = np.where(zero_p[None, :, None], H_rank, np.where(zero_m, np.inf, H))  # (J, P, U)
+    J, P = g.s.shape
+    H = np.empty((J, P, U_POINTS), dtype=np.float64)
+    for b in row_blocks(J, P * U_POINTS):
+        with np.errstate(all="ignore"):
+            H_b = ct("ss_matrix_entropy", c=c[b], d=d[b], kappa=kap[b], p=p_pos, r_max=r[b], s=g.s[b, :, None],
+                     u=us)
+            H_rank = ct("ss_matrix_entropy_rank", c=c[b], d=d[b], kappa=kap[b], r_max=r[b],
+                        s=facts.proven_rank[b, None, None], u=us)
+        H_rank = np.where(facts.proven_rank[b, None, None] == 0, 0.0, H_rank)
+        H[b] = np.where(zero_p[None, :, None], H_rank, np.where(zero_m[b], np.inf, H_b))  # (J, P, U)
     trained = sens.readout == "trained"
     H_w = (np.broadcast_to(ct("ss_readout_entropy", B_w=sens.B_w, N=N, rho=rho, u_w=us), us.shape) if trained
            else np.zeros_like(us))
@@ -303,9 +308,12 @@ def _exact_single_scale(ct, facts, settings, sens, g, ps, rho, k_rho, start, clo
     start_val = _start_value(ct, facts, settings, sens, g, rows, p0, u0, start[2], rho, k_rho, H_w, closed_terms)
     best = None
     for _ in range(MM_STEPS):
-        with np.errstate(all="ignore"):
-            per = us + mu * H  # (J, P, U)
-        per_min, per_arg = per.min(axis=-1), per.argmin(axis=-1)
+        per_min = np.empty((J, P), dtype=np.float64)
+        per_arg = np.empty((J, P), dtype=np.int64)
+        for b in row_blocks(J, P * U_POINTS):
+            with np.errstate(all="ignore"):
+                per = us + mu * H[b]  # (block, P, U)
+            per_min[b], per_arg[b] = per.min(axis=-1), per.argmin(axis=-1)
         cost = 2.0 * per_min + slope * lam
         p_idx = np.argmin(cost, axis=-1)
         u_idx = per_arg[rows, p_idx]

@@ -303,6 +303,18 @@ def _sympy_layout(model: str) -> Mapping:
         raise SpecboundError(f"unknown model variant {model!r}") from None
 
 
+BLOCK_ELEMENTS = 1 << 20
+"""Elements of one block of a per-matrix grid array: the closed forms are evaluated over blocks of
+matrices so that their temporaries stay a few MB whatever the number of matrices (a 48-layer model
+has thousands, times the grid, times the margins)."""
+
+
+def row_blocks(rows: int, per_row: int) -> list[slice]:
+    """Consecutive slices of ``range(rows)`` with about :data:`BLOCK_ELEMENTS` / ``per_row`` rows each."""
+    step = max(1, BLOCK_ELEMENTS // max(1, per_row))
+    return [slice(a, min(rows, a + step)) for a in range(0, rows, step)]
+
+
 # -- grids and radii ------------------------------------------------------------------------------
 
 def grid_up(x, beta: Fraction | float) -> np.ndarray:
@@ -345,10 +357,14 @@ def schatten_table(values: np.ndarray, ps: np.ndarray) -> np.ndarray:
     Zero singular values (padding included) contribute 0 for every p > 0.  The p = 0 column is
     *not* meaningful here (the caller uses a proven rank).
     """
-    pos = values > 0
-    logs = np.log(np.where(pos, values, 1.0))
-    powers = np.exp(logs[:, :, None] * ps[None, None, :])
-    return np.where(pos[:, :, None], powers, 0.0).sum(axis=1)
+    J, K = values.shape
+    out = np.zeros((J, ps.shape[0]), dtype=np.float64)
+    for b in row_blocks(J, K * ps.shape[0]):  # (J, K, P) at once would be GBs for a large model
+        pos = values[b] > 0
+        logs = np.log(np.where(pos, values[b], 1.0))
+        powers = np.exp(logs[:, :, None] * ps[None, None, :])
+        out[b] = np.where(pos[:, :, None], powers, 0.0).sum(axis=1)
+    return out
 
 
 def schatten_at(values: np.ndarray, ps: np.ndarray) -> np.ndarray:
@@ -453,7 +469,8 @@ def grid_terms(
     ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, sens: Sensitivities,
     ps: np.ndarray, m: int,
 ) -> GridTerms:
-    """:class:`GridTerms` for all matrices and all of ``ps`` at once (no loop over p)."""
+    """:class:`GridTerms` for all matrices and all of ``ps`` at once (no loop over p; blocks of
+    matrices bound the temporaries)."""
     ps = np.asarray(ps, dtype=np.float64)
     S = schatten_table(facts.values, ps)
     k_s = grid_up(S, settings.beta_s)
@@ -463,13 +480,17 @@ def grid_terms(
     kap = sens.kappa[..., :, None]
     c, d = sens.c[:, None], facts.dims[:, None]
     n = float(settings.n)
-    with np.errstate(all="ignore"):  # inf/nan where a formula does not apply; masked below
-        pos = ct("ss_matrix_term", c=c, d=d, kappa=kap, n=n, p=p_pos, s=s)
-        rank = ct("ss_matrix_term_rank", c=c, d=d, kappa=kap, n=n, r_max=facts.rank_cap[:, None],
-                  s=facts.proven_rank[:, None])
     zero_m = (facts.proven_rank == 0) | (facts.spectral == 0)
-    pos = np.where(zero_m[:, None], np.inf, pos)
-    ss = np.where(zero_p, rank, pos)
+    J, P = S.shape
+    lead = sens.kappa.shape[:-1]
+    ss = np.empty(lead + (J, P), dtype=np.float64)
+    for b in row_blocks(J, P * max(1, int(np.prod(lead, dtype=np.int64)))):
+        with np.errstate(all="ignore"):  # inf/nan where a formula does not apply; masked below
+            pos = ct("ss_matrix_term", c=c[b], d=d[b], kappa=kap[..., b, :], n=n, p=p_pos, s=s[b])
+            rank = ct("ss_matrix_term_rank", c=c[b], d=d[b], kappa=kap[..., b, :], n=n,
+                      r_max=facts.rank_cap[b, None], s=facts.proven_rank[b, None])
+        pos = np.where(zero_m[b, None], np.inf, pos)
+        ss[..., b, :] = np.where(zero_p, rank, pos)
     mg = float(m)
     lam_pos = ct("lambda_matrix", k_c=sens.k_c[:, None], k_s=k_s, m_grid=mg)
     lam_rank = ct("lambda_matrix_rank", k_c=sens.k_c[:, None], m_grid=mg, r_max=facts.rank_cap[:, None])

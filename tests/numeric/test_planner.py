@@ -186,3 +186,19 @@ def test_planner_given_enclosures_runs_no_float_svd(monkeypatch):
                       (np.linalg, "eigh"), (np.linalg, "eigvalsh"), (torch.linalg, "eigvalsh")]:
         monkeypatch.setattr(mod, name, forbidden)
     assert_valid(choose_plan(w, st, encs), w, st)
+
+
+def test_blocks_of_matrices_do_not_change_the_plan(monkeypatch):
+    # the closed forms run over blocks of matrices (bounded temporaries for thousands of matrices):
+    # one matrix per block must give exactly the plan of one block for all, margins chosen or given
+    from specbound.numeric import terms
+
+    w = tiny_weights(5)
+    margins = np.random.default_rng(1).normal(2.0, 1.0, size=500)
+    for st in (BoundSettings(n=10**5), BoundSettings(n=10**4, margin=0.3)):
+        whole = choose_plan(w, st, margins=margins)
+        monkeypatch.setattr(terms, "BLOCK_ELEMENTS", 1)
+        tiny = choose_plan(w, st, margins=margins)
+        monkeypatch.undo()
+        assert tiny == whole
+        assert evaluate(w, st, tiny, margins=margins).bound == evaluate(w, st, whole, margins=margins).bound
