@@ -57,12 +57,15 @@ def weights_and_spectra(args: argparse.Namespace, view: str, *, dtype: str = "fl
 
     device = device_of(args.device)
     with engine_of_args(args) as engine:
-        if not engine.distributed:
+        if not engine.distributed and device != "cpu":
             weights = load(args, view=view)
             with progress_bar(len(weights.matrices), "singular values", enabled=not json_output) as bar:
                 return weights, spectra_on(weights, device=device, dtype=dtype, progress=bar)
         if device != "cpu":
             raise SpecboundError("--workers/--scheduler compute on the workers' CPUs: give them without --device")
+        # on CPU, in process too: the same layer-wise tasks as on a cluster, run here in order, so
+        # that one layer's weights are held at a time (peak memory: the structure, one layer and
+        # its products, whatever the depth), with the same values as the whole-model computation
         from specbound.checkpoint import load_layers
 
         num_heads = getattr(args, "num_heads", None)

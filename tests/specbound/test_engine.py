@@ -93,6 +93,38 @@ def test_in_process_engine_runs_in_order_with_progress():
     assert seen == [5, 7]
 
 
+@pytest.mark.parametrize("command", ["spectra", "proxies"])
+def test_cpu_spectra_in_process_read_one_layer_at_a_time(capsys, tmp_path, monkeypatch, command):
+    # without a cluster, spectra and proxies on CPU run the same layer-wise tasks in process: the
+    # whole model is never built (peak memory one layer), and the document is the one the
+    # whole-model computation gives
+    import specbound.checkpoint as checkpoint
+    import specbound.engine as engine
+    from specbound.numeric.spectra import compute_spectra_numpy
+
+    folder = gpt2_folder(tmp_path)
+    whole = compute_spectra_numpy(load_weights(folder))
+    built: list = []
+    real = checkpoint.load_layers
+
+    def spy(path, layers, **kw):
+        built.append(tuple(layers))
+        return real(path, layers, **kw)
+
+    def refuse(*a, **k):
+        raise AssertionError("the whole model was built")
+
+    monkeypatch.setattr(checkpoint, "load_weights", refuse)
+    monkeypatch.setattr(checkpoint, "load_layers", spy)
+    monkeypatch.setattr(engine, "_CACHE", {})
+    assert main([command, str(folder), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert sorted(set(built)) == [()] + [(l,) for l in range(L)]
+    if command == "spectra":
+        assert [row["spectral"] for row in doc["matrices"]] == whole.values[:, 0].tolist()
+        assert [row["norm_11"] for row in doc["matrices"]] == whole.norm_11.tolist()
+
+
 def test_no_cluster_means_no_dask_import():
     import subprocess
     import sys
