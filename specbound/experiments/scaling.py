@@ -144,6 +144,11 @@ def _contributions_vs_p(weights, nb) -> dict:
             "chosen_p": [float(m.p) for m in nb.matrices]}
 
 
+TRAINED_ACCURACY = 0.99
+"""Training accuracy from which a grid model counts as trained.  The exponents are fitted over the
+trained models only: a model left at chance has different weights altogether (the bound of a
+network that learnt nothing says nothing about how the bound of a trained one scales)."""
+
 QUANTITIES = {
     "paper_ours": "paper proxy 'ours'",
     "paper_edelman": "Edelman-style proxy",
@@ -185,14 +190,17 @@ def scaling_study(config: ScalingConfig, progress=None, cache: str | Path | None
     an interruption retrains nothing already measured).
 
     Returns ``{"config", "rows", "exponents"}``; ``exponents[q]`` is :func:`fit_exponents` of the
-    quantity ``q`` of :data:`QUANTITIES` over the grid (and of the test error's upper CP limit).
+    quantity ``q`` of :data:`QUANTITIES` over the trained models of the grid (train accuracy >=
+    :data:`TRAINED_ACCURACY`).
     """
     rows = []
     for L in config.depths:
         for N in config.widths:
             rows.append(_cached_row(config, L, N, cache, progress))
     exps = {}
+    trained = [r for r in rows if r["train_accuracy"] >= TRAINED_ACCURACY]
     for key in QUANTITIES:
-        exps[key] = fit_exponents([r["L"] for r in rows], [r["N"] for r in rows], [_quantity(r, key) for r in rows])
+        exps[key] = fit_exponents([r["L"] for r in trained], [r["N"] for r in trained],
+                                  [_quantity(r, key) for r in trained])
     cfg = asdict(config)
     return {"config": cfg, "rows": rows, "exponents": exps}

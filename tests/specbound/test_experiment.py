@@ -277,3 +277,30 @@ def test_non_vacuous_certified_bound_on_a_two_layer_model():
     result = run_experiment(cfg)
     assert result.bound["value"] < 1.0
     assert result.bound["value"] >= result.test.lower
+
+
+def test_exponents_are_fitted_over_the_trained_models_only(monkeypatch):
+    # a model left at chance is not a point of the scaling law: the fit must recover the exact
+    # power law of the trained cells whatever the untrained cell's values, and the table says which
+    # cells were left out and shows the certified bound next to the numeric one
+    from specbound.experiments import scaling
+
+    def fake_row(config, L, N, cache, progress):
+        trained = not (L == 4 and N == 64)
+        law = 3.0 * L ** 0.5 * N ** 1.25
+        value = law if trained else 1e9
+        numeric = {"complexity_ss": value, "complexity_dd": 2.0, "confidence": 0.3, "empirical": 0.0,
+                   "rho": 4.0, "bound": 2.0 + value * 1e-12}
+        return {"L": L, "N": N, "parameters": L * N, "train_accuracy": 1.0 if trained else 0.5,
+                "test": {"errors": 0, "n": 100, "lower": 0.0, "upper": 0.03},
+                "paper_ours": value, "paper_edelman": value, "numeric": numeric,
+                "certified": {"value": 2.25, "vacuous": True}}
+
+    monkeypatch.setattr(scaling, "_cached_row", fake_row)
+    cfg = ScalingConfig(depths=(1, 2, 4), widths=(16, 32, 64), base=TrainConfig(steps=1, n_train=16))
+    study = scaling_study(cfg)
+    e = study["exponents"]["complexity_ss"]
+    assert e["points"] == 8
+    assert e["a_L"] == pytest.approx(0.5, abs=1e-9) and e["b_N"] == pytest.approx(1.25, abs=1e-9)
+    text = scaling_markdown(study)
+    assert text.count("0.5000 *not trained*") == 1 and "| certified |" in text and "2.25 (vacuous)" in text
