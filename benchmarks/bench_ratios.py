@@ -112,9 +112,13 @@ def run_child(argv: list[str], env: dict | None = None) -> tuple[float, float]:
 def measure(folder: str, label: str, reps: int, commands: dict[str, list[str]]) -> dict:
     py = sys.executable
     plain = [py, "-c", PLAIN, folder]
-    single = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    sides = {"plain": (plain, None), "plain, 1 BLAS thread": (plain, single)}
-    sides.update({name: ([py, "-m", "specbound", *argv, folder], None) for name, argv in commands.items()})
+    # as installed for a user: bytecode is cached after the warm-up (an inherited
+    # PYTHONDONTWRITEBYTECODE would make every specbound run recompile its sources, while the plain
+    # side imports only site-packages modules that pip already compiled)
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    single = dict(base, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    sides = {"plain": (plain, base), "plain, 1 BLAS thread": (plain, single)}
+    sides.update({name: ([py, "-m", "specbound", *argv, folder], base) for name, argv in commands.items()})
     for argv, env in sides.values():  # warm-up: file cache, .pyc
         run_child(argv, env)
     rows: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
