@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-import sys
 from typing import Sequence
 
 import numpy as np
@@ -35,7 +34,7 @@ from specbound.certified.forward_ls import ROPE_COS, ROPE_SIN, rope_norm_bound
 from specbound.certified.radii import MatrixRounding, index_up, power_ball, round_matrix
 from specbound.errors import CertificationError
 from specbound.matrices import AnalysisWeights
-from specbound.plan import BoundPlan, BoundSettings
+from specbound.plan import BoundPlan, BoundSettings, generated_theorem_applies
 from specbound.vocabulary import kv_group
 
 
@@ -83,13 +82,6 @@ def _wrap(name: str, fn, names: tuple[str, ...]):
     return _named(fn, names) if name in _NAMED or name.startswith("gamma_") else fn
 
 
-def _register_patched() -> bool:
-    """True when the derivation's register is not the one the generated module was printed from
-    (a test swapped a lemma): then the theorem is compiled from SymPy at run time."""
-    th = sys.modules.get("specbound.derivation.theorem")
-    return th is not None and th.REGISTRY is not th.SHIPPED_REGISTRY
-
-
 def _generated(key: tuple, fixed: bool) -> Evaluators | None:
     row = generated.THEOREMS.get(key + (fixed,))
     if row is None:
@@ -119,7 +111,7 @@ def evaluators(settings: BoundSettings, activation: str, fixed: bool, model: str
     """The Arb callables of the theorem in force for ``settings``, ``activation`` and ``model``:
     the generated ones unless a lemma constant is overridden (or the register patched)."""
     key = (settings.massart, settings.dudley, activation, model)
-    if settings.overrides or _register_patched():
+    if not generated_theorem_applies(settings):
         # an override is any number: compiled from the SymPy source (not cached: the register may change)
         return _from_sympy(settings, activation, fixed, model)
     hit = _CACHE.get(key + (fixed,))

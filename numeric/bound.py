@@ -14,11 +14,11 @@ from specbound.matrices import AnalysisWeights
 from specbound.plan import BoundPlan, BoundSettings
 
 from .evaluation import (
-    FLOAT32_DERIVED_REL_TOL, FLOAT64_REL_TOL, NumericBound, NumericMatrixTerm, check_dtype, evaluate_facts,
+    FLOAT32_DERIVED_REL_TOL, FLOAT64_REL_TOL, NumericBound, NumericMatrixTerm, evaluate_facts,
     evaluate_plan,
 )
 from .planner import plan_for
-from .terms import compiled_theorem, network_facts, singular_values
+from .terms import compiled_theorem, dtype_name, network_facts, singular_values
 
 __all__ = ["FLOAT32_DERIVED_REL_TOL", "FLOAT64_REL_TOL", "NumericBound", "NumericMatrixTerm", "evaluate",
            "singular_values"]
@@ -44,7 +44,7 @@ def evaluate(
     """
     if plan is None:
         # one set of facts (at the requested dtype) for planning and evaluating
-        check_dtype(dtype)
+        dtype_name(dtype)  # float64 or float32 only, checked before any work
         ct = compiled_theorem(settings, weights.activation, weights.variant)
         facts = network_facts(weights, spectra=spectra, dtype=dtype, device=device)
         return evaluate_facts(ct, facts, settings, plan_for(ct, facts, settings, margins), margins=margins,

@@ -176,12 +176,6 @@ def _check_plan(plan: BoundPlan, facts: NetworkFacts, upper: float) -> None:
         raise SpecboundError("plan's Dudley weights sum to more than 1")
 
 
-def check_dtype(dtype) -> str:
-    """The fast path runs its spectra in float64 or float32 only (SpecboundError otherwise); returns
-    the name."""
-    return dtype_name(dtype)
-
-
 def evaluate_plan(
     weights: AnalysisWeights,
     settings: BoundSettings,
@@ -200,7 +194,7 @@ def evaluate_plan(
     spectra (torch.float64 or torch.float32, or their names; everything after them is float64),
     ``device`` where torch computes them (CPU or CUDA).
     """
-    check_dtype(dtype)
+    dtype_name(dtype)  # float64 or float32 only, checked before any work
     ct = compiled_theorem(settings, weights.activation, weights.variant)
     facts = network_facts(weights, spectra=spectra, dtype=dtype, device=device)
     return evaluate_facts(ct, facts, settings, plan, margins=margins, dtype=dtype)

@@ -18,7 +18,6 @@ spectra, on CPU or CUDA: :func:`singular_values`); the closed forms act on a few
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Mapping, Sequence
@@ -27,10 +26,11 @@ import numpy as np
 
 from specbound.errors import SpecboundError
 from specbound.matrices import AnalysisWeights, NamedMatrix
-from specbound.plan import BoundSettings
+from specbound.plan import BoundSettings, generated_theorem_applies
 from specbound.vocabulary import kv_group
 
 from . import generated
+from .spectra import Spectra
 
 
 def as_margins(margins) -> np.ndarray | None:
@@ -79,13 +79,6 @@ class CompiledTheorem:
 _COMPILED: dict[tuple, CompiledTheorem] = {}
 
 
-def _register_patched() -> bool:
-    """True when the derivation's register is not the one numeric/generated.py was printed from (a
-    test swapped a lemma): then the fields are compiled from SymPy at run time."""
-    th = sys.modules.get("specbound.derivation.theorem")
-    return th is not None and th.REGISTRY is not th.SHIPPED_REGISTRY
-
-
 def _generated(key: tuple) -> CompiledTheorem | None:
     row = generated.THEOREMS.get(key)
     if row is None:
@@ -119,7 +112,7 @@ def compiled_theorem(settings: BoundSettings, activation: str, model: str = "pla
     generated ones unless a lemma constant is overridden (or the register patched), then compiled
     from the SymPy source."""
     key = (settings.massart, settings.dudley, activation, model)
-    if settings.overrides or _register_patched():
+    if not generated_theorem_applies(settings):
         return _from_sympy(settings, activation, model)  # not cached: the register may change
     hit = _COMPILED.get(key)
     if hit is None:
@@ -272,7 +265,7 @@ def network_facts(weights: AnalysisWeights, *, spectra=None, dtype="float64", de
     if spectra is None:
         values = singular_values(mats, dtype=dtype, device=device)
     else:
-        raw = spectra if not hasattr(spectra, "values") or callable(spectra.values) else spectra.values
+        raw = spectra.values if isinstance(spectra, Spectra) else spectra
         if hasattr(raw, "detach"):  # a torch tensor, possibly on a GPU
             raw = raw.detach().to("cpu").double().numpy()
         raw = np.asarray(raw, dtype=np.float64)
@@ -286,21 +279,13 @@ def network_facts(weights: AnalysisWeights, *, spectra=None, dtype="float64", de
     proven = np.where(zero, 0.0, rank_cap)
     values = np.where(zero[:, None], 0.0, values)
     dims = np.array([float(sum(m.shape)) for m in mats], dtype=np.float64)
-    heads, layers, group = _layer_index(weights, mats, generated.LAYOUTS[weights.variant]
-                                        if weights.variant in generated.LAYOUTS else _sympy_layout(weights.variant))
+    if weights.variant not in generated.LAYOUTS:
+        raise SpecboundError(f"unknown model variant {weights.variant!r}; expected one of {sorted(generated.LAYOUTS)}")
+    heads, layers, group = _layer_index(weights, mats, generated.LAYOUTS[weights.variant])
     w = weights.readout
     norm = None if w is None else float(np.linalg.norm(np.asarray(w, dtype=np.float64)))
     return NetworkFacts(mats, values, rank_cap, proven, dims, heads, layers, group,
                         int(weights.width), int(weights.num_layers), norm, weights.variant, str(device))
-
-
-def _sympy_layout(model: str) -> Mapping:
-    from specbound.derivation.evaluated import layouts
-
-    try:
-        return layouts()[model]
-    except KeyError:
-        raise SpecboundError(f"unknown model variant {model!r}") from None
 
 
 BLOCK_ELEMENTS = 1 << 20

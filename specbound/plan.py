@@ -10,6 +10,8 @@ every such choice, so a plan can never make a certified value invalid -- only lo
 
 from __future__ import annotations
 
+import sys
+
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -94,3 +96,14 @@ class BoundPlan:
 
     def p(self, j: int) -> Fraction:
         return Fraction(self.p_index[j], self.m)
+
+
+def generated_theorem_applies(settings: BoundSettings) -> bool:
+    """Whether the theorem in force for ``settings`` is the one certified/generated.py and
+    numeric/generated.py were printed from: no lemma constant overridden, and the derivation's
+    register the shipped one (a test may swap a lemma).  Otherwise both layers compile the theorem
+    from the SymPy source at run time."""
+    if settings.overrides:
+        return False
+    th = sys.modules.get("specbound.derivation.theorem")
+    return th is None or th.REGISTRY is th.SHIPPED_REGISTRY
