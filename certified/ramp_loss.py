@@ -34,6 +34,7 @@ from specbound.certified.fast_forward import (
     NotApplicable, margins_of_rows, margins_of_tokens, prepare_rows, prepare_tokens,
 )
 from specbound.certified.forward_ls import certified_forward, network_for
+from specbound.certified.margins import exact_float_sum
 from specbound.dataset import DataSet
 from specbound.errors import LayoutError, SpecboundError
 from specbound.matrices import AnalysisWeights
@@ -299,27 +300,6 @@ def _embedding_of(weights, embedding):
     if embedding is None:
         return weights.extra.get("embedding.E"), weights.extra.get("embedding.P")
     return embedding
-
-
-def exact_float_sum(values: np.ndarray) -> Fraction:
-    """The exact sum of finite binary64 numbers: each is ``m 2^e`` with an integer ``|m| < 2^53``; the
-    ``m`` are split into 26-bit halves and summed as int64 per exponent (no overflow below 2^36 terms)."""
-    v = np.asarray(values, dtype=np.float64).ravel()
-    if v.size == 0:
-        return Fraction(0)
-    if not np.isfinite(v).all():
-        raise ValueError("exact_float_sum needs finite values")
-    frac, exp = np.frexp(v)
-    mant = (frac * 2.0**53).astype(np.int64)  # exact: |frac| in [1/2, 1) or 0
-    hi, lo = mant >> 26, mant & ((1 << 26) - 1)  # mant = hi 2^26 + lo exactly
-    order = np.argsort(exp, kind="stable")
-    exp, hi, lo = exp[order], hi[order], lo[order]
-    starts = np.flatnonzero(np.r_[True, exp[1:] != exp[:-1]])
-    his, los = np.add.reduceat(hi, starts), np.add.reduceat(lo, starts)
-    total = Fraction(0)
-    for e, h, l in zip(exp[starts].tolist(), his.tolist(), los.tolist()):
-        total += Fraction((int(h) << 26) + int(l)) * Fraction(2) ** (int(e) - 53)
-    return total
 
 
 @dataclass(frozen=True, eq=False)
