@@ -19,6 +19,7 @@ from flint import arb
 from specbound.certified.arb import check_finite, pow2
 from specbound.certified.enclosure import SingularValueEnclosure, scaled_enclosure, zero_enclosure
 from specbound.certified.factored import enclose as enclose_residual
+from specbound.certified.float_environment import rounds_to_nearest
 from specbound.errors import CertificationError
 from specbound.matrices import NamedMatrix
 
@@ -37,8 +38,7 @@ SAFE_EXP = 200
 
 def _check_rounding_mode() -> None:
     """Refuse to run unless binary64 arithmetic rounds to nearest (ties to even)."""
-    one = np.float64(1.0)
-    if not (one + np.float64(2.0**-53) == one and one + np.float64(3 * 2.0**-54) == one + np.float64(2.0**-52)):
+    if not rounds_to_nearest():
         raise CertificationError("binary64 rounding is not round-to-nearest; gram enclosures disabled")
 
 

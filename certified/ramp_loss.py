@@ -184,10 +184,17 @@ def _inputs_of(data: DataSet, weights: AnalysisWeights, embedding) -> Callable[[
         raise LayoutError(f"embedding E has shape {E.shape}, expected (vocab, {weights.width})")
     if P is not None and (P.ndim != 2 or P.shape[1] != weights.width):
         raise LayoutError(f"embedding P has shape {P.shape}, expected (T, {weights.width})")
-    T = data.tokens.shape[1]
+    if not (np.isfinite(E).all() and (P is None or np.isfinite(P).all())):
+        raise LayoutError(f"{data.source}: the model's embedding tables have NaN/Inf entries")
+    tokens = np.asarray(data.tokens)
+    if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
+        raise LayoutError(f"{data.source}: token ids must be an integer array (n, T), got {tokens.dtype} {tokens.shape}")
+    T = tokens.shape[1]
     V = E.shape[0]
-    if data.tokens.max() >= V:
-        raise LayoutError(f"{data.source}: token ids must lie in [0, {V}) for this model, found {data.tokens.max()}")
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= V):
+        # a negative id would silently index row V - 1 of a float table
+        raise LayoutError(f"{data.source}: token ids must lie in [0, {V}) for this model, "
+                          f"found [{tokens.min()}, {tokens.max()}]")
     if P is not None and P.shape[0] > 0 and T > P.shape[0]:
         raise LayoutError(
             f"{data.source}: sequence length {T} exceeds the model's positional embedding ({P.shape[0]} rows)"
@@ -469,17 +476,10 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
 
 
 __all__: Sequence[str] = (
-    "ArbNetwork",
     "FastPass",
     "RampLossCertificate",
-    "activation",
-    "certified_forward",
     "certified_ramp_loss",
-    "embedded_input_ball",
     "fast_pass",
-    "input_ball",
-    "project_rows",
     "ramp_lower",
     "ramp_upper",
-    "softmax_rows",
 )
