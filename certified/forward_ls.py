@@ -24,6 +24,7 @@ Public API: :class:`ArbLSNetwork`, :func:`network_for`, :func:`certified_forward
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -126,13 +127,21 @@ def rope_norm_bound(cos: np.ndarray, sin: np.ndarray) -> Fraction:
     """The exact maximum of ``c^2 + s^2`` over the tables (>= every ||R_ts|| = ||R_t R_s^T||,
     proofs_notes/rope_attention.md), 0 for empty tables.
 
-    Exact: entries whose float64 value ``fl(c^2) + fl(s^2)`` is below ``1 - 1e-12`` cannot attain
-    the maximum unless every entry does (the float sum of two nonnegative squares is within a
-    relative 3 * 2^-53 of the real one), so only the largest entries are checked in rationals.
+    Exact (proofs_notes/certified_forward.md section 3a): only to *choose* candidates, the tables are
+    scaled by the power of two ``2^k`` that brings their largest entry into ``[1/2, 1)``, so the largest
+    scaled sum ``x*`` is >= 1/4 and nothing overflows; the float value ``fl(fl(c^2) + fl(s^2))`` of every
+    scaled entry is then within a relative ``4u`` plus ``3 * 2**-1074`` (underflow) of its real value, so
+    an entry whose float value is below ``1 - 1e-12`` times the largest cannot attain ``x*``.  The
+    remaining candidates are compared in rationals on the unscaled tables.
     """
     if cos.size == 0:
         return Fraction(0)
-    approx = cos * cos + sin * sin
+    peak = float(max(np.abs(cos).max(), np.abs(sin).max()))
+    if peak == 0.0:
+        return Fraction(0)
+    k = -math.frexp(peak)[1]  # 2^k peak in [1/2, 1): no square overflows, the largest sum is >= 1/4
+    c2, s2 = np.ldexp(cos, k), np.ldexp(sin, k)  # only the filter uses these (off by <= 2**-1075 each)
+    approx = c2 * c2 + s2 * s2
     top = float(approx.max())
     cand = np.nonzero(approx >= top * (1 - 1e-12))
     return max(Fraction(float(c)) ** 2 + Fraction(float(s)) ** 2 for c, s in zip(cos[cand], sin[cand]))
