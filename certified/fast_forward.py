@@ -393,9 +393,8 @@ def _head_error(hn: dict, N: int, dq: int, dv: int, H: int, T: int, delta: arb, 
     beta = (1 + eta1) * (1 + gT) - 1 + T * alpha * (1 + gT)
     if not beta < 1:
         raise NotApplicable("softmax denominator bound fails (scores too large)")
-    up = (1 + eta1) * (1 + u) / (1 - beta) - 1
-    down = 1 - (1 - eta1) * (1 - u) / (1 + beta)
-    eta_p = (up if up > down else down) + T * alpha * (1 + u) / (1 - beta)
+    # step 5.5: the upper side of the relative error; the lower side is never larger (note)
+    eta_p = (1 + eta1) * (1 + u) / (1 - beta) - 1 + T * alpha * (1 + u) / (1 - beta)
     # step 5.7-5.8: input and softmax errors through the exact map V = W_V W_O; the
     # rounding of the values, of P V and of the W_O product through the factors
     h_max = (1 + eta_p) * (R * nv + ev) * (1 + gT) + tiny
@@ -404,6 +403,11 @@ def _head_error(hn: dict, N: int, dq: int, dv: int, H: int, T: int, delta: arb, 
             + _gamma(H * dv) * h_max * no)
     return {"e_q": eq, "e_k": ek, "e_v": ev, "e_s": e_s, "S": S, "eta_1": eta1, "beta": beta,
             "eta_p": eta_p, "h_max": h_max, "head": head}
+
+
+def _uppers(values: dict) -> dict:
+    """The upper points of a dict of balls (what the budget records)."""
+    return {k: arb(v.upper()) for k, v in values.items()}
 
 
 def error_budget(net: FastNetwork, T: int, delta0: arb, R0: arb) -> ErrorBudget:
@@ -449,8 +453,9 @@ def error_budget(net: FastNetwork, T: int, delta0: arb, R0: arb) -> ErrorBudget:
                 delta_x = delta_y + e_z + u * (r_y + s_in * s_out + e_z) + e_pi
             else:
                 delta_x = e_z + e_pi
-            terms.append({"delta": delta, "R": R, "heads": tuple(heads), "e_att": e_att, "delta_y": delta_y,
-                          "e_u": e_u, "e_phi": e_phi, "e_g": e_g, "e_z": e_z, "delta_x": arb(delta_x.upper())})
+            terms.append({"delta": delta, "R": R, "heads": tuple(_uppers(hd) for hd in heads),
+                          **_uppers({"e_att": e_att, "delta_y": delta_y, "e_u": e_u, "e_phi": e_phi, "e_g": e_g,
+                                     "e_z": e_z, "delta_x": delta_x})})
             delta, R = arb(delta_x.upper()), r_pi
             t_maxes.append(t_max)
             degrees.append(degree)

@@ -97,8 +97,20 @@ def _eigen_square_bounds(s: np.ndarray, eps0: np.ndarray):
     """For a stack s (B, p, p) of exactly symmetric float matrices and floats eps0 (B,) bounding
     ||s - X|| for exact symmetric X: returns (lo, hi, ok) with lo[b, i] <= lambda_{i+1}(X_b) <= hi[b, i]
     (decreasing order) where ok[b]."""
-    p = s.shape[-1]
     d, z = np.linalg.eigh(s)
+    eps_e, delta = _eigen_error(s, d, z)
+    eps = _up(eps0 + eps_e)
+    ds = d[:, ::-1]
+    lo = _dn(ds - eps[:, None])
+    hi = _up(ds + eps[:, None])
+    ok = (delta < 0.5) & np.isfinite(eps) & np.all(np.isfinite(d), axis=-1)
+    return lo, hi, ok
+
+
+def _eigen_error(s: np.ndarray, d: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(eps_e, delta) of proof note section 5 per batch member: for any floats z (B, p, p) and d (B, p),
+    ``|lambda_i(s) - d_(i)| <= eps_e`` whenever ``delta < 1`` (outward rounded)."""
+    p = s.shape[-1]
     r = s @ z - z * d[:, None, :]
     e = np.swapaxes(z, -1, -2) @ z
     idx = np.arange(p)
@@ -114,12 +126,7 @@ def _eigen_square_bounds(s: np.ndarray, eps0: np.ndarray):
     with np.errstate(invalid="ignore", divide="ignore"):
         denom = _dn(np.sqrt(_dn(1.0 - delta)))
         eps_e = _up(_up(_up(delta * spread) + rn) / denom)
-    eps = _up(eps0 + eps_e)
-    ds = d[:, ::-1]
-    lo = _dn(ds - eps[:, None])
-    hi = _up(ds + eps[:, None])
-    ok = (delta < 0.5) & np.isfinite(eps) & np.all(np.isfinite(d), axis=-1)
-    return lo, hi, ok
+    return eps_e, delta
 
 
 def _square_root_bounds(lo2: np.ndarray, hi2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
