@@ -6,11 +6,15 @@ a whole batch in numpy binary64, with exp and Phi from :mod:`specbound.certified
 sequence length) in Arb such that ``|f_hat(X) - f(X)| <= eps`` for every admissible input
 (proofs_notes/fast_forward.md).  Floats never enter ``eps``; they only compute ``f_hat``.
 
-The Arb pass (:mod:`specbound.certified.forward`) stays the independent reference and the fallback
-for samples near a ramp breakpoint (:mod:`specbound.certified.ramp_loss`).
+The weights are read through :func:`specbound.certified.factors.float_factors` (note step 11): a
+left-over score scale is folded in exactly or the model is refused.  A sample whose run meets a
+non-finite value where note step 12 looks gets NaN, alone.  The Arb pass
+(:mod:`specbound.certified.forward`) stays the independent reference and the fallback for those samples,
+for samples near a ramp breakpoint (:mod:`specbound.certified.ramp_loss`) and for models refused here.
 
-Public API: :class:`FastNetwork`, :class:`FastForward`, :class:`NotApplicable`,
-:func:`check_float_environment`, :func:`fast_margins`, :func:`project_rows_float`.
+Public API: :class:`FastNetwork`, :class:`FastForward`, :class:`NotApplicable`, :class:`ErrorBudget`,
+:func:`check_float_environment`, :func:`fast_margins`, :func:`project_rows_float`, :func:`error_budget`,
+:func:`network_norms`, :func:`projection_error`.
 """
 
 from __future__ import annotations
@@ -584,8 +588,10 @@ __all__ = (
     "fast_margins",
     "margins_of_rows",
     "margins_of_tokens",
+    "network_norms",
     "prepare_rows",
     "prepare_tokens",
     "project_rows_float",
+    "projection_error",
     "token_table",
 )
