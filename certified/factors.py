@@ -11,6 +11,8 @@ so the certified forward passes never use it.  They read ``W`` here:
 * :func:`float_factors` (the binary64 fast pass): float arrays whose exact real product *is* ``W``,
   with ``sqrt(scale_sq)`` folded in only when the fold is exact (a power of two, no bit lost);
   otherwise :class:`InexactScale` is raised and the caller uses the Arb pass.
+* :func:`scale_ball`: the one enclosure of ``sqrt(scale_sq)``, also used by the singular-value and
+  entry-norm enclosures (:mod:`specbound.certified.enclosure`, :mod:`specbound.certified.norms`).
 
 Proof: proofs_notes/certified_forward.md section 2 (Arb) and proofs_notes/fast_forward.md step 11
 (binary64).
