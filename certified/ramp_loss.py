@@ -321,8 +321,11 @@ class FastPass:
     epsilon: arb
 
     def margins(self, data: DataSet) -> np.ndarray:
-        """Float margins ``y_i f[i]`` (an exact sign flip of ``f``)."""
-        return np.where(np.asarray(data.labels) < 0, -self.f, self.f)
+        """Float margins ``y_i f[i]`` (an exact sign flip of ``f``), for choosing rho only.  A sample the
+        fast pass left as NaN (its run met a non-finite value; the certified loss redoes it in Arb)
+        counts as margin 0 here, the choice's most pessimistic value (ramp loss 1 at every rho)."""
+        g = np.where(np.asarray(data.labels) < 0, -self.f, self.f)
+        return np.where(np.isfinite(g), g, 0.0)
 
 
 def fast_pass(weights: AnalysisWeights, data: DataSet, embedding=None) -> FastPass:

@@ -450,3 +450,16 @@ def test_the_norms_live_and_die_with_their_network():
     del net
     gc.collect()
     assert ref() is None
+
+
+def test_a_nan_sample_counts_as_margin_zero_when_rho_is_chosen():
+    # floats only choose rho; a sample left to the Arb pass must not make the choice's input non-finite
+    from specbound.certified.ramp_loss import fast_pass
+
+    rng = np.random.default_rng(22)
+    w = _overflow_model(1e308, rng)
+    data = dataset_from_arrays(np.array([1, -1]), inputs=_clean_and_overflowing_rows(rng))
+    fp = fast_pass(w, data)
+    assert np.isnan(fp.f[1])
+    m = fp.margins(data)
+    assert np.isfinite(m).all() and m[1] == 0 and m[0] == fp.f[0]
