@@ -4,7 +4,8 @@ Public names are re-exported lazily (importing ``specbound.certified.arb`` must 
 
 * :func:`certify_bound`, :class:`CertifiedBound`, :class:`CertifiedMatrixTerm` (``certified.bound``);
 * :func:`index_up`, :func:`index_down`, :func:`round_matrix`, :func:`dominates` (``certified.radii``);
-* :func:`to_json`, :func:`verify`, :class:`VerificationReport` (``certified.certificate``);
+* :func:`to_json`, :class:`VerificationReport` (``certified.certificate``; verifying a certificate
+  against its inputs is the application's :mod:`specbound.verification`);
 * :func:`enclose` (``certified.factored``), :func:`certified_ramp_loss` (``certified.ramp_loss``).
 """
 
@@ -16,7 +17,7 @@ _EXPORTS = {
     "certify_bound": "bound", "CertifiedBound": "bound", "CertifiedMatrixTerm": "bound",
     "index_up": "radii", "index_down": "radii", "round_matrix": "radii", "dominates": "radii",
     "MatrixRounding": "radii",
-    "to_json": "certificate", "verify": "certificate", "VerificationReport": "certificate",
+    "to_json": "certificate", "VerificationReport": "certificate",
     "CertificateError": "certificate",
     "enclose": "factored", "certified_ramp_loss": "ramp_loss", "RampLossCertificate": "ramp_loss",
 }

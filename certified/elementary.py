@@ -48,6 +48,15 @@ with precision(BOUND_PREC):
 EXP_COEFFS = tuple(1.0 / math.factorial(j) for j in range(EXP_DEGREE + 1))
 _K_MAX = 1021  # |k| <= 1021 on [-708, 0]
 
+HORNER_UNDERFLOW_EXP = -1074
+"""Each Horner step's product may underflow (a subnormal ``r``) and lose ``2**-1075``; the additions
+do not (their results are >= a normal coefficient).  ``EXP_DEGREE * 2**-1074`` bounds the sum
+(note step 1.3)."""
+
+PHI_UNDERFLOW_EXP = -1000
+"""``2**-1000`` covers every underflow of :func:`phi` on ``|t| <= 4``, degree <= 200: of ``t*t``, of the
+Horner products and of ``t * q`` (note step 2.3)."""
+
 
 def _u() -> arb:
     return pow2(-53)
@@ -106,7 +115,8 @@ def _exp_bound_parts() -> tuple[arb, arb]:
         delta_r = delta0 + u * (rstar + delta0)
         rmax = rstar + delta_r
         n = EXP_DEGREE
-        horner = _gamma(2 * n) * sum((abs(arb(c)) * rmax**j for j, c in enumerate(EXP_COEFFS)), arb(0))
+        horner = (_gamma(2 * n) * sum((abs(arb(c)) * rmax**j for j, c in enumerate(EXP_COEFFS)), arb(0))
+                  + n * pow2(HORNER_UNDERFLOW_EXP))
         coeff = sum((abs(arb(c) - 1 / arb.fac_ui(j)) * rmax**j for j, c in enumerate(EXP_COEFFS)), arb(0))
         tail = rmax ** (n + 1) * rmax.exp() / arb.fac_ui(n + 1)
         a = (horner + coeff + tail) * rmax.exp()
@@ -184,7 +194,7 @@ def _phi_error_bound(t_max: arb | float, degree: int, tail: bool) -> arb:
         rem = (smax / 2) ** (degree + 1) / arb.fac_ui(degree + 1) * half / sqrt2pi if tail else arb(0)
         B = arg + horner + coeff + rem
         tq = t * (G + B)
-        e = t * B + u * tq + u * (1 + 2 * tq) + pow2(-1000)
+        e = t * B + u * tq + u * (1 + 2 * tq) + pow2(PHI_UNDERFLOW_EXP)
         return arb(e.upper())
 
 

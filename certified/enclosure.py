@@ -25,6 +25,7 @@ from specbound.certified.arb import (
     scaled_by_pow2,
     to_arb_mat,
 )
+from specbound.certified.factors import scale_ball
 from specbound.errors import CertificationError
 
 # Floating-point model (proofs_notes/svd_enclosure.md section 4).
@@ -419,7 +420,7 @@ def scaled_enclosure(enc: SingularValueEnclosure, scale_sq) -> SingularValueEncl
     if scale_sq <= 0:
         raise CertificationError(f"score scale squared {scale_sq} must be positive")
     with precision(WORK_PREC):
-        c = (arb(int(scale_sq.numerator)) / arb(int(scale_sq.denominator))).sqrt()
+        c = scale_ball(scale_sq)
         lower = tuple(arb(0) if lo == 0 else (lo * c).lower() for lo in enc.lower)
         upper = tuple(arb(0) if up == 0 else (up * c).upper() for up in enc.upper)
         delta = None if enc.delta is None else (enc.delta * c).upper()

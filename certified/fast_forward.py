@@ -6,17 +6,21 @@ a whole batch in numpy binary64, with exp and Phi from :mod:`specbound.certified
 sequence length) in Arb such that ``|f_hat(X) - f(X)| <= eps`` for every admissible input
 (proofs_notes/fast_forward.md).  Floats never enter ``eps``; they only compute ``f_hat``.
 
-The Arb pass (:mod:`specbound.certified.forward`) stays the independent reference and the fallback
-for samples near a ramp breakpoint (:mod:`specbound.certified.ramp_loss`).
+The weights are read through :func:`specbound.certified.factors.float_factors` (note step 11): a
+left-over score scale is folded in exactly or the model is refused.  A sample whose run meets a
+non-finite value where note step 12 looks gets NaN, alone.  The Arb pass
+(:mod:`specbound.certified.forward`) stays the independent reference and the fallback for those samples,
+for samples near a ramp breakpoint (:mod:`specbound.certified.ramp_loss`) and for models refused here.
 
-Public API: :class:`FastNetwork`, :class:`FastForward`, :class:`NotApplicable`,
-:func:`check_float_environment`, :func:`fast_margins`, :func:`project_rows_float`.
+Public API: :class:`FastNetwork`, :class:`FastForward`, :class:`NotApplicable`, :class:`ErrorBudget`,
+:func:`check_float_environment`, :func:`fast_margins`, :func:`project_rows_float`, :func:`error_budget`,
+:func:`network_norms`, :func:`projection_error`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
 
 import numpy as np
 from flint import arb, arb_mat
@@ -28,6 +32,8 @@ from specbound.certified.elementary import (
 )
 from specbound.certified.enclosure import enclose_singular_values
 from specbound.certified.factored import enclose_factored
+from specbound.certified.factors import InexactScale, float_factors
+from specbound.certified.float_environment import has_gradual_underflow, rounds_to_nearest
 from specbound.certified.forward import project_rows
 from specbound.certified.norms import spectral_norm_upper
 from specbound.errors import CertificationError, LayoutError
@@ -37,7 +43,8 @@ BOUND_PREC = 128
 """Arb bits of the a-priori bound (widths only)."""
 
 TINY_EXP = -1000
-"""``TINY = 2**-1000`` covers every underflow term of one matrix-product stage (note step 0)."""
+"""``TINY = 2**-1000`` covers every underflow term of one matrix-product stage (note step 0) and of
+one row's division by its norm (note step 3)."""
 
 MAX_DIM = 2**30
 """Step 0's underflow term assumes every dimension below this."""
@@ -45,15 +52,18 @@ MAX_DIM = 2**30
 MAX_INPUT = 2.0**500
 """Float input rows must be bounded by this (entrywise) so that squared norms cannot overflow (F3)."""
 
+MAX_EPSILON = 2.0**1000
+"""An a-priori bound at or above this is useless (and beyond what a float can carry): the Arb pass."""
+
 PHI_DOMAIN = 4
 """Largest a-priori GELU argument bound the Taylor Phi is used for (its Horner bound grows like
 exp(t^2/2)); larger models use the Arb pass."""
 
 ACTIVATIONS = ("gelu", "relu")
+"""Activations with a proven float routine (the others use the Arb pass)."""
 
 FAST_VARIANTS = ("plain", "residual", "causal")
 """Model variants the fast program and its error bound cover (proofs_notes/fast_forward.md)."""
-"""Activations with a proven float routine (the others use the Arb pass)."""
 
 
 class NotApplicable(CertificationError):
@@ -62,13 +72,11 @@ class NotApplicable(CertificationError):
 
 def check_float_environment() -> None:
     """Raise NotApplicable unless numpy's binary64 has gradual underflow (no FTZ/DAZ) and rounds to
-    nearest (assumption F1) -- tested on arrays, the code path the forward pass uses."""
-    tiny = np.array([2.0**-1022, 2.0**-1074, 1.0, 1.0], dtype=np.float64)
-    half = tiny * np.array([0.5, 1.0, 1.0, 1.0])
-    if not (half[0] == 2.0**-1023 and (tiny[1:2] * 1.0)[0] == 2.0**-1074):
+    nearest, ties to even (assumption F1): every non-nearest rounding mode is detected
+    (:mod:`specbound.certified.float_environment`)."""
+    if not has_gradual_underflow():
         raise NotApplicable("flush-to-zero / denormals-are-zero is active: the float error model fails")
-    eps = np.array([1.0]) + np.array([2.0**-53 * 1.5])
-    if eps[0] != 1.0 + 2.0**-52:  # round to nearest: 1 + 1.5u rounds up
+    if not rounds_to_nearest():
         raise NotApplicable("binary64 rounding mode is not round-to-nearest")
 
 
@@ -102,6 +110,12 @@ class FastNetwork:
     def num_layers(self) -> int:
         return len(self.m_in)
 
+    @cached_property
+    def norms(self) -> dict:
+        """The norms the error bound needs (:func:`network_norms`), computed once per network and
+        kept with it (so they live exactly as long as the network)."""
+        return network_norms(self)
+
     @classmethod
     def from_weights(cls, weights: AnalysisWeights) -> FastNetwork:
         variant = getattr(weights, "variant", "plain")
@@ -117,11 +131,13 @@ class FastNetwork:
         for l in range(weights.num_layers):
             q, k, v, o = [], [], [], []
             for h in range(H):
-                qk, vt = weights.get(l, "QK", h), weights.get(l, "V_tilde", h)
-                q.append(np.asarray(qk.left, dtype=np.float64))
-                k.append(eye if qk.right is None else np.asarray(qk.right, dtype=np.float64).T)
-                v.append(np.asarray(vt.left, dtype=np.float64))
-                o.append(eye if vt.right is None else np.asarray(vt.right, dtype=np.float64))
+                # the exact factors (step 11): a left-over score scale is folded in exactly or refused
+                qf, kf = _factors(weights.get(l, "QK", h))
+                vf, of = _factors(weights.get(l, "V_tilde", h))
+                q.append(qf)
+                k.append(eye if kf is None else kf.T)
+                v.append(vf)
+                o.append(eye if of is None else of)
             dq, dv = {a.shape[1] for a in q + k}, {a.shape[1] for a in v}
             if len(dq) != 1 or len(dv) != 1 or {a.shape[0] for a in o} != dv:
                 raise NotApplicable(f"layer {l}: heads of unequal inner dimension")
@@ -130,8 +146,8 @@ class FastNetwork:
             wk.append(np.ascontiguousarray(np.concatenate(k, axis=1)))
             wv.append(np.ascontiguousarray(np.concatenate(v, axis=1)))
             wo.append(np.ascontiguousarray(np.concatenate(o, axis=0)))
-            mi.append(np.ascontiguousarray(weights.get(l, "M_in").dense(), dtype=np.float64))
-            mo.append(np.ascontiguousarray(weights.get(l, "M_out").dense(), dtype=np.float64))
+            mi.append(np.ascontiguousarray(_dense_factor(weights.get(l, "M_in"))))
+            mo.append(np.ascontiguousarray(_dense_factor(weights.get(l, "M_out"))))
         w = np.asarray(weights.readout, dtype=np.float64)
         if w.shape != (N,):
             raise LayoutError(f"read-out w has shape {w.shape}, expected ({N},)")
@@ -142,14 +158,40 @@ class FastNetwork:
                    weights.activation, H, tuple(dims), N, variant == "residual", variant == "causal")
 
 
+def _factors(matrix) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`~specbound.certified.factors.float_factors`, a scale it cannot fold exactly being a
+    model the fast pass does not cover."""
+    try:
+        return float_factors(matrix)
+    except InexactScale as exc:
+        raise NotApplicable(str(exc)) from None
+
+
+def _dense_factor(matrix) -> np.ndarray:
+    """The one binary64 factor of a feed-forward matrix (the program multiplies by it once)."""
+    left, right = _factors(matrix)
+    if right is not None:
+        raise NotApplicable(f"{matrix.name}: a factored feed-forward matrix has no fast pass")
+    return left
+
+
 # --------------------------------------------------------------------------- the float program
 
 
 def project_rows_float(a: np.ndarray) -> np.ndarray:
     """``Pi`` over the last axis in binary64: ``a / max(1, sqrt(sum a^2))`` (note step 3)."""
+    return _project(a)[0]
+
+
+def _project(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(``Pi(a)`` in binary64, per sample (first axis): every row's norm ``nu`` finite).
+
+    A non-finite ``nu`` means a non-finite entry or an overflowing sum of squares; the division by
+    an infinite ``nu`` would then return finite numbers (note step 12), so the sample is flagged."""
     nu = np.sqrt(np.einsum("...i,...i->...", a, a))
+    ok = np.isfinite(nu).reshape(nu.shape[0], -1).all(axis=1)
     np.maximum(nu, 1.0, out=nu)
-    return a / nu[..., None]
+    return a / nu[..., None], ok
 
 
 @lru_cache(maxsize=64)
@@ -160,9 +202,10 @@ def _causal_mask(T: int, Tq: int) -> np.ndarray:
     return (np.arange(T)[None, :] <= t).astype(np.float64)
 
 
-def _attention(net: FastNetwork, l: int, x: np.ndarray, queries: np.ndarray) -> np.ndarray:
+def _attention(net: FastNetwork, l: int, x: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Note step 5's program: ``sum_h softmax(Q K^T) V W_O`` for rows ``x`` (B, T, N) and query
-    rows ``queries`` (B, Tq, N); returns (B, Tq, N) before ``Pi``."""
+    rows ``queries`` (B, Tq, N); returns (B, Tq, N) before ``Pi``, and per sample whether every
+    shifted score (the operand of the exp routine's clamp, note step 12) is finite."""
     B, T, N = x.shape
     Tq = queries.shape[1]
     H = net.num_heads
@@ -176,44 +219,64 @@ def _attention(net: FastNetwork, l: int, x: np.ndarray, queries: np.ndarray) -> 
     if keep is not None:
         # step 10: the maximum over the kept keys only (each row keeps its own key)
         s -= np.where(keep, s, -np.inf).max(axis=-1, keepdims=True)
+        ok = np.isfinite(s).reshape(B, -1).all(axis=1)
         np.minimum(s, 0.0, out=s)  # masked entries may exceed the kept maximum; they are zeroed below
     else:
         s -= s.max(axis=-1, keepdims=True)  # exact max; the subtraction rounds (step 5.3)
+        ok = np.isfinite(s).reshape(B, -1).all(axis=1)
     e = exp_nonpositive(s)
     if keep is not None:
         e *= keep  # exact: kept weights times 1, masked ones times 0
     e /= e.sum(axis=-1, keepdims=True)  # division, not a reciprocal (step 5.5)
     heads = (e @ v).transpose(0, 2, 1, 3).reshape(B * Tq, H * dv)
-    return (heads @ net.wo[l]).reshape(B, Tq, N)  # one dot of length H dv (step 5.8)
+    return (heads @ net.wo[l]).reshape(B, Tq, N), ok  # one dot of length H dv (step 5.8)
 
 
 def fast_margins(net: FastNetwork, x0: np.ndarray, phi_plan: tuple[tuple[tuple[float, ...], float], ...]) -> np.ndarray:
     """``f_hat`` for every sample of the projected inputs ``x0`` (B, T, N): the program of
-    proofs_notes/fast_forward.md.  ``phi_plan[l] = (coefficients, t_max)`` per layer; the entries
-    fed to ``Phi`` are checked against ``t_max`` (they satisfy it by step 6.1)."""
+    proofs_notes/fast_forward.md.  ``phi_plan[l] = (coefficients, t_max)`` per layer.
+
+    A sample whose program meets a non-finite value where note step 12 looks (a shifted score, a row
+    norm, an activation argument, the result) gets NaN: its run may have overflowed, so the caller
+    evaluates it by the Arb pass.  The samples are independent (every operation acts within one
+    sample), so the others keep their values.  The entries fed to ``Phi`` of every other sample satisfy
+    ``|t| <= t_max`` by step 6.1; a violation means the analysis is wrong and raises.
+    """
     x = x0
     L = net.num_layers
-    for l in range(L):
-        # the read-out row of the last layer suffices: row 0, or the last token of the causal variant
-        queries = (x[:, -1:, :] if net.causal else x[:, :1, :]) if l == L - 1 else x
-        a = _attention(net, l, x, queries)
-        if net.residual:
-            a += queries  # step 9: fl(m + a), entrywise
-        y = project_rows_float(a)
-        u = y @ net.m_in[l]
-        if net.activation == "relu":
-            g = np.maximum(u, 0.0)
-        else:
-            coeffs, t_max = phi_plan[l]
-            if not np.abs(u).max(initial=0.0) <= t_max:
-                raise CertificationError("a GELU argument exceeds its proven a-priori bound")
-            g = phi(u, coeffs)
-            g *= u
-        z = g @ net.m_out[l]
-        if net.residual:
-            z += y  # step 9: fl(y + z), entrywise
-        x = project_rows_float(z)
-    return x[:, 0, :] @ net.readout
+    bad = np.zeros(x0.shape[0], dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for l in range(L):
+            # the read-out row of the last layer suffices: row 0, or the last token of the causal variant
+            queries = (x[:, -1:, :] if net.causal else x[:, :1, :]) if l == L - 1 else x
+            a, ok = _attention(net, l, x, queries)
+            bad |= ~ok
+            if net.residual:
+                a += queries  # step 9: fl(m + a), entrywise
+            y, ok = _project(a)
+            bad |= ~ok
+            u = y @ net.m_in[l]
+            bad |= ~np.isfinite(u).reshape(u.shape[0], -1).all(axis=1)
+            if net.activation == "relu":
+                g = np.maximum(u, 0.0)
+            else:
+                coeffs, t_max = phi_plan[l]
+                beyond = ~(np.abs(u).reshape(u.shape[0], -1).max(axis=1, initial=0.0) <= t_max)
+                if np.any(beyond & ~bad):
+                    raise CertificationError("a GELU argument exceeds its proven a-priori bound")
+                g = phi(u, coeffs)
+                g *= u
+            z = g @ net.m_out[l]
+            if net.residual:
+                z += y  # step 9: fl(y + z), entrywise
+            x, ok = _project(z)
+            bad |= ~ok
+        # the read-out row: row 0, or the last token of the causal variant (with L >= 1 only that row
+        # is left; with L = 0 every row is, step 10)
+        out = x[:, -1 if net.causal else 0, :] @ net.readout
+    bad |= ~np.isfinite(out)
+    out[bad] = np.nan
+    return out
 
 
 # --------------------------------------------------------------------------- the a-priori bound
@@ -257,17 +320,23 @@ def projection_error(N: int) -> tuple[arb, arb]:
         lo = 1 - (1 - g).sqrt() * (1 - u)
         kappa = hi if hi > lo else lo
         r = (1 + u) / (1 - kappa)
-        return arb((r - 1).upper()), arb(r.upper())
+        # + tiny: the divisions a_j / max(1, nu) may underflow (2**-1075 each, sqrt(N) 2**-1075 per row)
+        return arb((r - 1 + tiny).upper()), arb((r + tiny).upper())
 
 
 @dataclass(frozen=True)
 class ErrorBudget:
-    """The a-priori bound and the per-layer facts the program needs (all exact points)."""
+    """The a-priori bound and the per-layer facts the program needs (all exact points).
+
+    ``terms`` (one dict per layer, informational and for the tests that pin every formula to the
+    note): the layer's input ``delta``, ``R``; per head ``e_q, e_k, e_v, e_s, S, eta_1, beta, eta_p,
+    h_max`` (note step 5); ``e_att, delta_y, e_u, e_phi, e_g, e_z, delta_x`` (steps 5.8-9); the
+    layer's ``t_max`` and Phi degree are ``t_max``, ``degrees``."""
 
     epsilon: arb
     t_max: tuple[arb, ...]
     degrees: tuple[int, ...]
-    stages: dict = field(default_factory=dict)  # informational: delta after each layer
+    terms: tuple[dict, ...] = ()
 
 
 def _min(a: arb, b: arb) -> arb:
@@ -283,10 +352,10 @@ def _spectral(left: np.ndarray, right: np.ndarray | None, frob: arb) -> arb:
     return _min(arb(spectral_norm_upper(enc)), frob)
 
 
-@lru_cache(maxsize=None)
-def _norms(net: FastNetwork) -> dict:
+def network_norms(net: FastNetwork) -> dict:
     """Frobenius norms (upper points) of every factor, and spectral-norm upper points of the real maps
-    ``A = W_Q W_K^T``, ``V = W_V W_O``, ``M_in``, ``M_out``, per layer and head."""
+    ``A = W_Q W_K^T``, ``V = W_V W_O``, ``M_in``, ``M_out``, per layer and head (use ``net.norms``,
+    which computes them once)."""
     with precision(BOUND_PREC):
         H = net.num_heads
         out = {"w": _frob(net.readout), "layers": []}
@@ -308,44 +377,58 @@ def _norms(net: FastNetwork) -> dict:
         return out
 
 
+def _l_phi() -> arb:
+    """The GELU Lipschitz constant ``max |phi'| = phi'(sqrt 2)`` (proofs_notes/gelu_constants.md)."""
+    return (1 + arb(1).erf()) / 2 + 1 / (arb(1).exp() * arb.pi().sqrt())
+
+
+def _head_error(hn: dict, N: int, dq: int, dv: int, H: int, T: int, delta: arb, R: arb) -> dict:
+    """Note step 5 for one head: rounding and softmax terms, and its share of ``delta_att``."""
+    u, tiny, alpha = _u(), pow2(TINY_EXP), arb(EXP_UNDERFLOW_ERROR)
+    nq, nk, nv, no, sA, sV = hn["q"], hn["k"], hn["v"], hn["o"], hn["A"], hn["V"]
+    eq = _gamma(N) * R * nq + tiny
+    ek = _gamma(N) * R * nk + tiny
+    ev = _gamma(N) * R * nv + tiny
+    e_s = (delta * sA * (1 + R) + eq * (R * nk + ek) + R * nq * ek
+           + _gamma(dq) * (R * nq + eq) * (R * nk + ek) + tiny)
+    S = (R * nq + eq) * (R * nk + ek) * (1 + _gamma(dq)) + tiny
+    eta1 = (1 + exp_error_bound()) * (2 * u * S).exp() - 1
+    gT = _gamma(T)
+    beta = (1 + eta1) * (1 + gT) - 1 + T * alpha * (1 + gT)
+    if not beta < 1:
+        raise NotApplicable("softmax denominator bound fails (scores too large)")
+    # step 5.5: the upper side of the relative error; the lower side is never larger (note)
+    eta_p = (1 + eta1) * (1 + u) / (1 - beta) - 1 + T * alpha * (1 + u) / (1 - beta)
+    # step 5.7-5.8: input and softmax errors through the exact map V = W_V W_O; the
+    # rounding of the values, of P V and of the W_O product through the factors
+    h_max = (1 + eta_p) * (R * nv + ev) * (1 + gT) + tiny
+    head = ((delta + (e_s + eta_p) * R) * sV
+            + ((1 + eta_p) * ev + gT * (1 + eta_p) * (R * nv + ev) + tiny) * no
+            + _gamma(H * dv) * h_max * no)
+    return {"e_q": eq, "e_k": ek, "e_v": ev, "e_s": e_s, "S": S, "eta_1": eta1, "beta": beta,
+            "eta_p": eta_p, "h_max": h_max, "head": head}
+
+
+def _uppers(values: dict) -> dict:
+    """The upper points of a dict of balls (what the budget records)."""
+    return {k: arb(v.upper()) for k, v in values.items()}
+
+
 def error_budget(net: FastNetwork, T: int, delta0: arb, R0: arb) -> ErrorBudget:
     """``eps`` of proofs_notes/fast_forward.md steps 4-7 for sequences of length ``T`` whose projected
     input rows satisfy ``||x - m|| <= delta0``, ``||m|| <= R0`` (exact points)."""
-    norms = _norms(net)
+    norms = net.norms
     N, H = net.width, net.num_heads
     with precision(BOUND_PREC):
-        u, tiny, alpha = _u(), pow2(TINY_EXP), arb(EXP_UNDERFLOW_ERROR)
+        u, tiny = _u(), pow2(TINY_EXP)
         e_pi, r_pi = projection_error(N)
-        eta_exp = exp_error_bound()
         delta, R = arb(delta0), arb(R0)
-        t_maxes, degrees, stages = [], [], {}
+        t_maxes, degrees, terms = [], [], []
         for l in range(net.num_layers):
             dq, dv = net.head_dims[l]
             ln = norms["layers"][l]
-            e_att = arb(0)
-            for hn in ln["heads"]:
-                nq, nk, nv, no, sA, sV = hn["q"], hn["k"], hn["v"], hn["o"], hn["A"], hn["V"]
-                eq = _gamma(N) * R * nq + tiny
-                ek = _gamma(N) * R * nk + tiny
-                ev = _gamma(N) * R * nv + tiny
-                e_s = (delta * sA * (1 + R) + eq * (R * nk + ek) + R * nq * ek
-                       + _gamma(dq) * (R * nq + eq) * (R * nk + ek) + tiny)
-                S = (R * nq + eq) * (R * nk + ek) * (1 + _gamma(dq)) + tiny
-                eta1 = (1 + eta_exp) * (2 * u * S).exp() - 1
-                gT = _gamma(T)
-                beta = (1 + eta1) * (1 + gT) - 1 + T * alpha * (1 + gT)
-                if not beta < 1:
-                    raise NotApplicable("softmax denominator bound fails (scores too large)")
-                up = (1 + eta1) * (1 + u) / (1 - beta) - 1
-                down = 1 - (1 - eta1) * (1 - u) / (1 + beta)
-                eta_p = (up if up > down else down) + T * alpha * (1 + u) / (1 - beta)
-                # step 5.7-5.8: input and softmax errors through the exact map V = W_V W_O; the
-                # rounding of the values, of P V and of the W_O product through the factors
-                h_max = (1 + eta_p) * (R * nv + ev) * (1 + gT) + tiny
-                e_att += ((delta + (e_s + eta_p) * R) * sV
-                          + ((1 + eta_p) * ev + gT * (1 + eta_p) * (R * nv + ev) + tiny) * no
-                          + _gamma(H * dv) * h_max * no)
-            e_att += tiny
+            heads = [_head_error(hn, N, dq, dv, H, T, delta, R) for hn in ln["heads"]]
+            e_att = sum((hd["head"] for hd in heads), arb(0)) + tiny
             if net.residual:
                 # step 9: the identity path keeps delta; the sum m + a rounds by u ||m + a||, with
                 # ||a_hat|| <= sum_h sigma_V + e_att (exact heads: convex combinations of unit rows)
@@ -358,7 +441,7 @@ def error_budget(net: FastNetwork, T: int, delta0: arb, R0: arb) -> ErrorBudget:
             e_u = delta_y * s_in + _gamma(N) * r_y * n_in + tiny
             F = net.m_in[l].shape[1]
             if net.activation == "relu":
-                t_max, degree = arb(0), 0
+                t_max, degree, e_phi = arb(0), 0, arb(0)
                 e_g = e_u + tiny
             else:
                 t_max = arb((ln["in_col"] + e_u).upper())
@@ -367,20 +450,23 @@ def error_budget(net: FastNetwork, T: int, delta0: arb, R0: arb) -> ErrorBudget:
                                         f"fast Phi's domain |t| <= {PHI_DOMAIN}")
                 degree = phi_degree(float(t_max.upper()))
                 e_phi = phi_error_bound(t_max, degree)
-                l_phi = (1 + arb(1).erf()) / 2 + 1 / (arb(1).exp() * arb.pi().sqrt())
-                e_g = l_phi * e_u + (s_in + e_u) * (e_phi + u * (1 + e_phi)) + tiny
+                e_g = _l_phi() * e_u + (s_in + e_u) * (e_phi + u * (1 + e_phi)) + tiny
             e_z = e_g * s_out + _gamma(F) * (s_in + e_g) * n_out + tiny
             if net.residual:
                 # step 9: ||z|| <= sigma_out ||phi(u)|| <= sigma_out sigma_in for exact z; plus e_z
                 delta_x = delta_y + e_z + u * (r_y + s_in * s_out + e_z) + e_pi
             else:
                 delta_x = e_z + e_pi
+            terms.append({"delta": delta, "R": R, "heads": tuple(_uppers(hd) for hd in heads),
+                          **_uppers({"e_att": e_att, "delta_y": delta_y, "e_u": e_u, "e_phi": e_phi, "e_g": e_g,
+                                     "e_z": e_z, "delta_x": delta_x})})
             delta, R = arb(delta_x.upper()), r_pi
             t_maxes.append(t_max)
             degrees.append(degree)
-            stages[f"layer{l + 1}"] = delta
-        eps = delta * norms["w"] + _gamma(N) * R * norms["w"] + tiny
-        return ErrorBudget(arb(eps.upper()), tuple(t_maxes), tuple(degrees), stages)
+        eps = arb((delta * norms["w"] + _gamma(N) * R * norms["w"] + tiny).upper())
+        if not eps < MAX_EPSILON:
+            raise NotApplicable(f"the fast pass's error bound {eps.str(3)} is too large to be of use")
+        return ErrorBudget(eps, tuple(t_maxes), tuple(degrees), tuple(terms))
 
 
 def token_table(E: np.ndarray, P: np.ndarray | None, tokens: np.ndarray) -> tuple[np.ndarray, arb, arb]:
@@ -389,6 +475,14 @@ def token_table(E: np.ndarray, P: np.ndarray | None, tokens: np.ndarray) -> tupl
     ``max ||m[t, a]||`` over those pairs (note step 4; computed in Arb)."""
     B, T = tokens.shape
     V, N = E.shape
+    if not np.issubdtype(tokens.dtype, np.integer):
+        raise LayoutError(f"token ids must be integers, got dtype {tokens.dtype}")
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= V):
+        raise LayoutError(f"token ids must lie in [0, {V}), got range [{tokens.min()}, {tokens.max()}]")
+    if P is not None and P.shape[0] > 0 and T > P.shape[0]:
+        raise LayoutError(f"sequence length {T} exceeds the positional embedding's {P.shape[0]} rows")
+    if not (np.isfinite(E).all() and (P is None or np.isfinite(P).all())):
+        raise LayoutError("embedding tables have NaN/Inf entries")
     if T * V * N > 5 * 10**7:
         raise NotApplicable("token table too large for the fast pass")
     table = np.zeros((T, V, N))
@@ -439,7 +533,7 @@ def prepare_rows(weights: AnalysisWeights | FastNetwork, T: int) -> FastForward:
     """The fast pass for float input rows (before ``Pi``) of sequence length ``T``."""
     check_float_environment()
     net = weights if isinstance(weights, FastNetwork) else FastNetwork.from_weights(weights)
-    e_pi, r_pi = projection_error(net.width)
+    e_pi, r_pi = projection_error(net.width)  # step 4: the float-row path starts after one fl(Pi)
     return FastForward(net, error_budget(net, T, e_pi, r_pi))
 
 
@@ -454,6 +548,7 @@ def margins_of_rows(ff: FastForward, rows: np.ndarray, batch: int = BATCH) -> np
     rows = np.asarray(rows, dtype=np.float64)
     if not np.abs(rows).max(initial=0.0) <= MAX_INPUT:  # also catches NaN / Inf
         raise NotApplicable("input rows too large for the float program (their squared norms would overflow)")
+    check_float_environment()  # the mode could have changed since the pass was prepared
     plan = ff.plan()
     out = np.empty(rows.shape[0])
     for a in range(0, rows.shape[0], batch):
@@ -473,6 +568,7 @@ def prepare_tokens(weights: AnalysisWeights | FastNetwork, E: np.ndarray, P: np.
 
 def margins_of_tokens(ff: FastForward, table: np.ndarray, tokens: np.ndarray, batch: int = BATCH) -> np.ndarray:
     """``f_hat`` for token sequences (B, T) whose (position, token) rows are in ``table``."""
+    check_float_environment()  # the mode could have changed since the pass was prepared
     plan = ff.plan()
     T = tokens.shape[1]
     pos = np.arange(T)
@@ -492,8 +588,10 @@ __all__ = (
     "fast_margins",
     "margins_of_rows",
     "margins_of_tokens",
+    "network_norms",
     "prepare_rows",
     "prepare_tokens",
     "project_rows_float",
+    "projection_error",
     "token_table",
 )

@@ -3,7 +3,9 @@
 The empirical ramp loss built on it is :mod:`specbound.certified.ramp_loss`.  The guarantees:
 
 * every weight and input entry is a binary64 number taken as an exact real (``arb_mat`` converts
-  floats exactly);
+  floats exactly), and every weight matrix is read through
+  :func:`specbound.certified.factors.arb_factors` (exact factors; a left-over score scale
+  ``sqrt(scale_sq)`` enters as an Arb ball, never as a float);
 * the forward pass (proofs_notes/theory.md section 1, no residual) is evaluated in Arb ball arithmetic, so
   each computed ball provably contains the exact real intermediate value
   (proofs_notes/certified_forward.md gives the step-by-step argument);
@@ -27,6 +29,7 @@ from typing import Union
 import numpy as np
 from flint import arb, arb_mat, ctx
 
+from specbound.certified.factors import arb_factors, exact_mat
 from specbound.errors import CertificationError, LayoutError
 from specbound.matrices import AnalysisWeights, NamedMatrix
 
@@ -44,13 +47,7 @@ Margin = Union[float, int, str, arb]
 
 def _exact_mat(a: np.ndarray) -> arb_mat:
     """``arb_mat`` equal (radius 0) to a finite 2-D float64 array."""
-    a = np.asarray(a, dtype=np.float64)
-    if a.ndim != 2:
-        raise LayoutError(f"expected a 2-D array, got shape {a.shape}")
-    if not np.isfinite(a).all():
-        raise LayoutError("array has NaN/Inf entries")
-    m, n = a.shape
-    return arb_mat(m, n, a.ravel().tolist())
+    return exact_mat(a)
 
 
 def _interval(lo: arb, hi: arb) -> arb:
@@ -77,16 +74,29 @@ class _ArbHead:
     v2: arb_mat | None
 
 
+Factors = tuple[arb_mat, Union[arb_mat, None]]
+"""A weight matrix as the balls ``(L, R)`` of :func:`specbound.certified.factors.arb_factors`
+(``R`` None: dense); ``x W`` is ``(x L) R``."""
+
+
+def times(x: arb_mat, factors: Factors) -> arb_mat:
+    """The ball product ``x W`` for ``W`` given by its factors (``(x L) R``, associativity)."""
+    left, right = factors
+    out = x * left
+    return out if right is None else out * right
+
+
 @dataclass(frozen=True, eq=False)
 class _ArbLayer:
     heads: tuple[_ArbHead, ...]
-    m_in: arb_mat
-    m_out: arb_mat
+    m_in: Factors
+    m_out: Factors
 
 
 @dataclass(frozen=True, eq=False)
 class ArbNetwork:
-    """The analysis network with every weight as an exact ``arb_mat`` (radius 0).
+    """The analysis network with every weight as its exact factors (:func:`~specbound.certified.factors.arb_factors`:
+    radius 0, or a ball containing the exact factor times a left-over score scale).
 
     Built once from :class:`~specbound.matrices.AnalysisWeights` and reused for every sample.
     Factored matrices stay factored (``QK = W_Q W_K^T``, ``V_tilde = W_V W_O``): the certified pass
@@ -123,8 +133,8 @@ class ArbNetwork:
             layers.append(
                 _ArbLayer(
                     heads=tuple(heads),
-                    m_in=_exact_mat(weights.get(l, "M_in").dense()),
-                    m_out=_exact_mat(weights.get(l, "M_out").dense()),
+                    m_in=arb_factors(weights.get(l, "M_in")),
+                    m_out=arb_factors(weights.get(l, "M_out")),
                 )
             )
         if weights.variant not in ("plain", "residual", "causal"):
@@ -141,14 +151,11 @@ class ArbNetwork:
 
 
 def _head(qk: NamedMatrix, vt: NamedMatrix) -> _ArbHead:
-    if qk.scale_sq != 1 or vt.scale_sq != 1:  # only the project's own format has a forward pass
-        raise CertificationError(f"{qk.name}: a left-over score scale has no certified forward pass")
-    # right = W_K^T, so X W_K = X right^T: store right^T to multiply on the right directly.
-    q = _exact_mat(qk.left)
-    k = None if qk.right is None else _exact_mat(np.ascontiguousarray(qk.right.T))
-    v1 = _exact_mat(vt.left)
-    v2 = None if vt.right is None else _exact_mat(vt.right)
-    return _ArbHead(q=q, k=k, v1=v1, v2=v2)
+    # The exact factors, a left-over score scale sqrt(scale_sq) multiplied into W_Q (and into W_V for
+    # V_tilde) as a ball.  right = W_K^T, so X W_K = X right^T: store right^T to multiply on the right.
+    q, kt = arb_factors(qk)
+    v1, v2 = arb_factors(vt)
+    return _ArbHead(q=q, k=None if kt is None else kt.transpose(), v1=v1, v2=v2)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -341,10 +348,10 @@ def _layer(layer: _ArbLayer, x: arb_mat, phi: Callable[[arb], arb], cls_only: bo
             out = out * head.v2
         att = out if att is None else att + out
     y = project_rows(att + rows if residual else att)
-    u = y * layer.m_in
+    u = times(y, layer.m_in)
     m, k = u.nrows(), u.ncols()
     hidden = arb_mat(m, k, [phi(t) for t in u.entries()])
-    out = hidden * layer.m_out
+    out = times(hidden, layer.m_out)
     return project_rows(out + y if residual else out)
 
 

@@ -10,7 +10,9 @@ per layer, with query matrices ``Q_h``, key matrices ``K_g`` of the key/value gr
     Y = Pi(sum_h head_h(X)),   X' = Pi((silu(Y G) * (Y U)) D)
     f(X) = <w, x_T^(L)>                                                   (last token)
 
-Guarantees: every weight, table entry and input is a binary64 number taken as an exact real; the
+Guarantees: every weight, table entry and input is a binary64 number taken as an exact real (weights
+read through :func:`specbound.certified.factors.arb_factors`: a left-over score scale enters as an Arb
+ball); the
 rotation is the exact linear map of the binary64 table values the model uses (not of the true
 cos/sin), SiLU is evaluated in Arb; so each ball contains the exact real value of the model with
 those tables.  The theorem's rotation bound rho_R must dominate max ``c^2 + s^2`` of the same tables:
@@ -22,6 +24,7 @@ Public API: :class:`ArbLSNetwork`, :func:`network_for`, :func:`certified_forward
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -33,7 +36,10 @@ from specbound.errors import CertificationError, LayoutError
 from specbound.matrices import AnalysisWeights
 
 from . import forward as plain
-from .forward import DEFAULT_PREC, ArbNetwork, _exact_mat, _row, activation, input_ball, project_rows, softmax_rows
+from .factors import arb_factors
+from .forward import (
+    DEFAULT_PREC, ArbNetwork, Factors, _exact_mat, _row, activation, input_ball, project_rows, softmax_rows, times,
+)
 
 LS_VARIANTS = ("ls", "ls_residual")
 ROPE_COS, ROPE_SIN = "rope.cos", "rope.sin"
@@ -42,14 +48,14 @@ ROPE_COS, ROPE_SIN = "rope.cos", "rope.sin"
 
 @dataclass(frozen=True, eq=False)
 class _LSLayer:
-    q: tuple[arb_mat, ...]  # per head (N, d)
-    k: tuple[arb_mat, ...]  # per group (N, d)
+    q: tuple[Factors, ...]  # per head (N, d)
+    k: tuple[Factors, ...]  # per group (N, d)
     v: tuple[arb_mat, ...]  # per group: left factor W_V^(g) (N, d)
-    o: tuple[arb_mat, ...]  # per head: right factor W_O^(h) (d, N)
+    o: tuple[arb_mat, ...]  # per head: right factor W_O^(h) (d, N), times sqrt(scale_sq) of V_tilde_h
     group: tuple[int, ...]  # g(h)
-    G: arb_mat
-    U: arb_mat
-    D: arb_mat
+    G: Factors
+    U: Factors
+    D: Factors
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,24 +81,29 @@ class ArbLSNetwork:
             raise LayoutError(f"read-out w has shape {w.shape}, expected ({N},)")
         layers = []
         for l in range(weights.num_layers):
-            qs = tuple(_exact_mat(weights.get(l, "Q", h).dense()) for h in range(H))
+            # every matrix through its exact factors: a left-over score scale sqrt(scale_sq) of Q
+            # (e.g. sqrt(1/2) for head dimension 128) enters as an Arb ball, never as a float
+            qs = tuple(arb_factors(weights.get(l, "Q", h)) for h in range(H))
             ks = [m for m in weights.of_layer(l) if m.kind == "K"]
-            kmats = tuple(_exact_mat(m.dense()) for m in sorted(ks, key=lambda m: m.head))
+            kmats = tuple(arb_factors(m) for m in sorted(ks, key=lambda m: m.head))
             vts = [weights.get(l, "V_tilde", h) for h in range(H)]
             group = tuple(kv_group(h, H, weights.num_kv_heads) for h in range(H))
             lefts: dict[int, arb_mat] = {}
+            outs = []
             for h, vt in enumerate(vts):
                 if vt.right is None:
                     raise LayoutError(f"{vt.name}: the LS forward pass needs V_tilde factored as W_V W_O")
+                # the group's W_V is shared, so a scale of V_tilde_h goes into its own W_O^(h)
+                left, right = arb_factors(vt, scale_on="right")
+                outs.append(right)
                 if group[h] not in lefts:
-                    lefts[group[h]] = _exact_mat(vt.left)
+                    lefts[group[h]] = left
                 elif not np.array_equal(vts[group.index(group[h])].left, vt.left):
                     raise LayoutError(f"{vt.name}: heads of one key/value group have different W_V")
             layers.append(_LSLayer(
-                q=qs, k=kmats, v=tuple(lefts[g] for g in sorted(lefts)),
-                o=tuple(_exact_mat(vt.right) for vt in vts), group=group,
-                G=_exact_mat(weights.get(l, "G").dense()), U=_exact_mat(weights.get(l, "U").dense()),
-                D=_exact_mat(weights.get(l, "D").dense())))
+                q=qs, k=kmats, v=tuple(lefts[g] for g in sorted(lefts)), o=tuple(outs), group=group,
+                G=arb_factors(weights.get(l, "G")), U=arb_factors(weights.get(l, "U")),
+                D=arb_factors(weights.get(l, "D"))))
         return cls(tuple(layers), _exact_mat(w.reshape(N, 1)), weights.activation, N, cos, sin,
                    residual=weights.variant == "ls_residual")
 
@@ -116,13 +127,21 @@ def rope_norm_bound(cos: np.ndarray, sin: np.ndarray) -> Fraction:
     """The exact maximum of ``c^2 + s^2`` over the tables (>= every ||R_ts|| = ||R_t R_s^T||,
     proofs_notes/rope_attention.md), 0 for empty tables.
 
-    Exact: entries whose float64 value ``fl(c^2) + fl(s^2)`` is below ``1 - 1e-12`` cannot attain
-    the maximum unless every entry does (the float sum of two nonnegative squares is within a
-    relative 3 * 2^-53 of the real one), so only the largest entries are checked in rationals.
+    Exact (proofs_notes/certified_forward.md section 3a): only to *choose* candidates, the tables are
+    scaled by the power of two ``2^k`` that brings their largest entry into ``[1/2, 1)``, so the largest
+    scaled sum ``x*`` is >= 1/4 and nothing overflows; the float value ``fl(fl(c^2) + fl(s^2))`` of every
+    scaled entry is then within a relative ``4u`` plus ``3 * 2**-1074`` (underflow) of its real value, so
+    an entry whose float value is below ``1 - 1e-12`` times the largest cannot attain ``x*``.  The
+    remaining candidates are compared in rationals on the unscaled tables.
     """
     if cos.size == 0:
         return Fraction(0)
-    approx = cos * cos + sin * sin
+    peak = float(max(np.abs(cos).max(), np.abs(sin).max()))
+    if peak == 0.0:
+        return Fraction(0)
+    k = -math.frexp(peak)[1]  # 2^k peak in [1/2, 1): no square overflows, the largest sum is >= 1/4
+    c2, s2 = np.ldexp(cos, k), np.ldexp(sin, k)  # only the filter uses these (off by <= 2**-1075 each)
+    approx = c2 * c2 + s2 * s2
     top = float(approx.max())
     cand = np.nonzero(approx >= top * (1 - 1e-12))
     return max(Fraction(float(c)) ** 2 + Fraction(float(s)) ** 2 for c, s in zip(cos[cand], sin[cand]))
@@ -160,19 +179,19 @@ def _ls_layer(layer: _LSLayer, net: ArbLSNetwork, x: arb_mat, phi, last_only: bo
     T = x.nrows()
     first = T - 1 if last_only else 0
     rows = _row(x, T - 1) if last_only else x
-    keys = [rotate_rows(x * k, net.cos, net.sin, 0) for k in layer.k]
+    keys = [rotate_rows(times(x, k), net.cos, net.sin, 0) for k in layer.k]
     values = [x * v for v in layer.v]
     att = None
     for h, q in enumerate(layer.q):
         g = layer.group[h]
-        qx = rotate_rows(rows * q, net.cos, net.sin, first)
+        qx = rotate_rows(times(rows, q), net.cos, net.sin, first)
         probs = softmax_rows(qx * keys[g].transpose(), first)
         out = (probs * values[g]) * layer.o[h]
         att = out if att is None else att + out
     if net.residual:
         att = att + rows
     y = project_rows(att)
-    hidden = _hadamard(_entrywise(y * layer.G, phi), y * layer.U) * layer.D
+    hidden = times(_hadamard(_entrywise(times(y, layer.G), phi), times(y, layer.U)), layer.D)
     if net.residual:
         hidden = hidden + y
     return project_rows(hidden)

@@ -19,6 +19,7 @@ from flint import arb
 from specbound.certified.arb import check_finite, pow2
 from specbound.certified.enclosure import SingularValueEnclosure, scaled_enclosure, zero_enclosure
 from specbound.certified.factored import enclose as enclose_residual
+from specbound.certified.float_environment import rounds_to_nearest
 from specbound.errors import CertificationError
 from specbound.matrices import NamedMatrix
 
@@ -37,8 +38,7 @@ SAFE_EXP = 200
 
 def _check_rounding_mode() -> None:
     """Refuse to run unless binary64 arithmetic rounds to nearest (ties to even)."""
-    one = np.float64(1.0)
-    if not (one + np.float64(2.0**-53) == one and one + np.float64(3 * 2.0**-54) == one + np.float64(2.0**-52)):
+    if not rounds_to_nearest():
         raise CertificationError("binary64 rounding is not round-to-nearest; gram enclosures disabled")
 
 
@@ -97,8 +97,20 @@ def _eigen_square_bounds(s: np.ndarray, eps0: np.ndarray):
     """For a stack s (B, p, p) of exactly symmetric float matrices and floats eps0 (B,) bounding
     ||s - X|| for exact symmetric X: returns (lo, hi, ok) with lo[b, i] <= lambda_{i+1}(X_b) <= hi[b, i]
     (decreasing order) where ok[b]."""
-    p = s.shape[-1]
     d, z = np.linalg.eigh(s)
+    eps_e, delta = _eigen_error(s, d, z)
+    eps = _up(eps0 + eps_e)
+    ds = d[:, ::-1]
+    lo = _dn(ds - eps[:, None])
+    hi = _up(ds + eps[:, None])
+    ok = (delta < 0.5) & np.isfinite(eps) & np.all(np.isfinite(d), axis=-1)
+    return lo, hi, ok
+
+
+def _eigen_error(s: np.ndarray, d: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(eps_e, delta) of proof note section 5 per batch member: for any floats z (B, p, p) and d (B, p),
+    ``|lambda_i(s) - d_(i)| <= eps_e`` whenever ``delta < 1`` (outward rounded)."""
+    p = s.shape[-1]
     r = s @ z - z * d[:, None, :]
     e = np.swapaxes(z, -1, -2) @ z
     idx = np.arange(p)
@@ -114,12 +126,7 @@ def _eigen_square_bounds(s: np.ndarray, eps0: np.ndarray):
     with np.errstate(invalid="ignore", divide="ignore"):
         denom = _dn(np.sqrt(_dn(1.0 - delta)))
         eps_e = _up(_up(_up(delta * spread) + rn) / denom)
-    eps = _up(eps0 + eps_e)
-    ds = d[:, ::-1]
-    lo = _dn(ds - eps[:, None])
-    hi = _up(ds + eps[:, None])
-    ok = (delta < 0.5) & np.isfinite(eps) & np.all(np.isfinite(d), axis=-1)
-    return lo, hi, ok
+    return eps_e, delta
 
 
 def _square_root_bounds(lo2: np.ndarray, hi2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

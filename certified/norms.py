@@ -23,6 +23,7 @@ from specbound.certified.arb import (
     to_arb_mat,
 )
 from specbound.certified.enclosure import SingularValueEnclosure, sum_nonneg_lower, sum_nonneg_upper
+from specbound.certified.factors import scale_ball
 from specbound.matrices import NamedMatrix
 
 
@@ -152,7 +153,7 @@ def entry_norms(matrix: NamedMatrix) -> tuple[arb, arb]:
     if matrix.scale_sq == 1:
         return n21, n11
     with precision(WORK_PREC):
-        c = (arb(int(matrix.scale_sq.numerator)) / arb(int(matrix.scale_sq.denominator))).sqrt()
+        c = scale_ball(matrix.scale_sq)
         return n21 * c, n11 * c
 
 

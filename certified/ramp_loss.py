@@ -184,10 +184,17 @@ def _inputs_of(data: DataSet, weights: AnalysisWeights, embedding) -> Callable[[
         raise LayoutError(f"embedding E has shape {E.shape}, expected (vocab, {weights.width})")
     if P is not None and (P.ndim != 2 or P.shape[1] != weights.width):
         raise LayoutError(f"embedding P has shape {P.shape}, expected (T, {weights.width})")
-    T = data.tokens.shape[1]
+    if not (np.isfinite(E).all() and (P is None or np.isfinite(P).all())):
+        raise LayoutError(f"{data.source}: the model's embedding tables have NaN/Inf entries")
+    tokens = np.asarray(data.tokens)
+    if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
+        raise LayoutError(f"{data.source}: token ids must be an integer array (n, T), got {tokens.dtype} {tokens.shape}")
+    T = tokens.shape[1]
     V = E.shape[0]
-    if data.tokens.max() >= V:
-        raise LayoutError(f"{data.source}: token ids must lie in [0, {V}) for this model, found {data.tokens.max()}")
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= V):
+        # a negative id would silently index row V - 1 of a float table
+        raise LayoutError(f"{data.source}: token ids must lie in [0, {V}) for this model, "
+                          f"found [{tokens.min()}, {tokens.max()}]")
     if P is not None and P.shape[0] > 0 and T > P.shape[0]:
         raise LayoutError(
             f"{data.source}: sequence length {T} exceeds the model's positional embedding ({P.shape[0]} rows)"
@@ -314,8 +321,11 @@ class FastPass:
     epsilon: arb
 
     def margins(self, data: DataSet) -> np.ndarray:
-        """Float margins ``y_i f[i]`` (an exact sign flip of ``f``)."""
-        return np.where(np.asarray(data.labels) < 0, -self.f, self.f)
+        """Float margins ``y_i f[i]`` (an exact sign flip of ``f``), for choosing rho only.  A sample the
+        fast pass left as NaN (its run met a non-finite value; the certified loss redoes it in Arb)
+        counts as margin 0 here, the choice's most pessimistic value (ramp loss 1 at every rho)."""
+        g = np.where(np.asarray(data.labels) < 0, -self.f, self.f)
+        return np.where(np.isfinite(g), g, 0.0)
 
 
 def fast_pass(weights: AnalysisWeights, data: DataSet, embedding=None) -> FastPass:
@@ -469,17 +479,10 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
 
 
 __all__: Sequence[str] = (
-    "ArbNetwork",
     "FastPass",
     "RampLossCertificate",
-    "activation",
-    "certified_forward",
     "certified_ramp_loss",
-    "embedded_input_ball",
     "fast_pass",
-    "input_ball",
-    "project_rows",
     "ramp_lower",
     "ramp_upper",
-    "softmax_rows",
 )

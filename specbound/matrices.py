@@ -80,7 +80,9 @@ class NamedMatrix:
         return f"L{self.layer}.H{self.head}.{self.kind}"
 
     def dense(self) -> np.ndarray:
-        """float64 value of W (the rounded product for factored matrices; not exact)."""
+        """float64 value of W (the rounded product for factored matrices, times the rounded scale; not
+        exact).  For uncertified float code only: certified code reads W through
+        :mod:`specbound.certified.factors`."""
         value = self.left if self.right is None else self.left @ self.right
         return value if self.scale_sq == 1 else value * self.scale
 

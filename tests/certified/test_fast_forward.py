@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specbound.certified.fast_forward import (
-    NotApplicable, margins_of_rows, margins_of_tokens, prepare_rows, prepare_tokens,
+    NotApplicable, check_float_environment, margins_of_rows, margins_of_tokens, prepare_rows, prepare_tokens,
 )
 from specbound.certified.forward import certified_forward, embedded_input_ball
 from specbound.certified.ramp_loss import certified_ramp_loss, exact_float_sum
@@ -306,3 +306,160 @@ def test_unknown_forward_method_is_an_error():
 ])
 def test_exact_float_sum_matches_fractions(values):
     assert exact_float_sum(np.array(values, dtype=np.float64)) == sum((Fraction(v) for v in values), Fraction(0))
+
+
+# --------------------------------------------------------------------------- odd but legal inputs (issue 24)
+
+
+def test_a_causal_model_without_layers_reads_the_last_token():
+    # regression: with L = 0 the fast pass read token 0 instead of the last token
+    rng = np.random.default_rng(20)
+    N = 4
+    w = AnalysisWeights(matrices=(), num_layers=0, num_heads=1, width=N, head_dim=2, ff_dim=3,
+                        activation="gelu", readout=rng.standard_normal(N), variant="causal")
+    X, y = rng.standard_normal((6, 3, N)), rng.choice([-1, 1], size=6)
+    fast = prepare_rows(w, 3)
+    f = margins_of_rows(fast, X)
+    for i in range(len(f)):
+        _check_sample(w, X[i], float(f[i]), fast.epsilon)
+    cert = certified_ramp_loss(w, dataset_from_arrays(y, inputs=X), 0.5)
+    assert _encloses(cert, _exact_loss(w, X, y, 0.5))
+
+
+def _token_model(rng):
+    from dataclasses import replace
+
+    w = _weights(rng, L=1)
+    return replace(w, extra={"embedding.E": rng.standard_normal((5, 4)), "embedding.P": rng.standard_normal((3, 4))})
+
+
+@pytest.mark.parametrize("forward", ["fast", "arb"])
+def test_negative_token_ids_in_a_directly_built_dataset_are_refused(forward):
+    # regression: only tokens.max() was checked, so the fast pass used id -1 as row V - 1
+    from specbound.dataset import DataSet
+    from specbound.errors import LayoutError
+
+    rng = np.random.default_rng(21)
+    w = _token_model(rng)
+    data = DataSet(labels=np.array([1, -1], dtype=np.int8), tokens=np.array([[0, 1, 2], [-1, 0, 1]], dtype=np.int64))
+    with pytest.raises(LayoutError, match="token ids"):
+        certified_ramp_loss(w, data, 1.0, forward=forward)
+    with pytest.raises(LayoutError, match="token ids"):
+        prepare_tokens(w, w.extra["embedding.E"], w.extra["embedding.P"], data.tokens)
+
+
+def _overflow_model(c: float, rng) -> AnalysisWeights:
+    """Two layers, width 3, one head with W_V = W_O = I.  Layer 1 has M_in = 3.5 e_3 and M_out = c e_1^T:
+    a sample whose rows have last coordinate 0 gets u = 0 exactly and never overflows; one whose rows
+    are e_3 gets u = 3.5 and z_1 = 3.5 c (inf for c = 1e308; finite with an overflowing squared norm
+    for c = 1e200).  Layer 2's attention maps are ~1e-300, so the huge a-priori error after layer 1
+    does not reach epsilon."""
+    N = 3
+    mats = [NamedMatrix(0, 0, "QK", rng.standard_normal((N, N)) * 0.1, rng.standard_normal((N, N)) * 0.1),
+            NamedMatrix(0, 0, "V_tilde", np.eye(N), np.eye(N)),
+            NamedMatrix(0, -1, "M_in", np.array([[0.0], [0.0], [3.5]])),
+            NamedMatrix(0, -1, "M_out", np.array([[c, 0.0, 0.0]])),
+            NamedMatrix(1, 0, "QK", rng.standard_normal((N, N)) * 1e-151, rng.standard_normal((N, N)) * 1e-151),
+            NamedMatrix(1, 0, "V_tilde", rng.standard_normal((N, N)) * 1e-151, rng.standard_normal((N, N)) * 1e-151),
+            NamedMatrix(1, -1, "M_in", rng.standard_normal((N, 2)) / 2),
+            NamedMatrix(1, -1, "M_out", rng.standard_normal((2, N)))]
+    return AnalysisWeights(matrices=ordered(mats), num_layers=2, num_heads=1, width=N, head_dim=N, ff_dim=1,
+                           activation="gelu", readout=rng.standard_normal(N))
+
+
+def _clean_and_overflowing_rows(rng) -> np.ndarray:
+    clean = np.concatenate([rng.standard_normal((1, 2, 2)), np.zeros((1, 2, 1))], axis=2)
+    hot = np.tile(np.array([0.0, 0.0, 1.0]), (1, 2, 1))
+    return np.concatenate([clean, hot])
+
+
+def test_a_nan_activation_argument_sends_only_its_sample_to_arb():
+    # regression: z overflows to inf in layer 1, Pi turns it into NaN, and the NaN GELU argument of
+    # layer 2 aborted the whole run with CertificationError
+    rng = np.random.default_rng(22)
+    w = _overflow_model(1e308, rng)
+    X, y = _clean_and_overflowing_rows(rng), np.array([1, -1])
+    fast = prepare_rows(w, 2)
+    assert fast.epsilon < 1e-3  # the fast pass applies to this model, with a useful bound
+    f = margins_of_rows(fast, X)
+    assert np.isfinite(f[0]) and np.isnan(f[1])
+    _check_sample(w, X[0], float(f[0]), fast.epsilon)
+    cert = certified_ramp_loss(w, dataset_from_arrays(y, inputs=X), 1.0)
+    assert cert.forward == "fast" and cert.redone >= 1
+    assert _encloses(cert, _exact_loss(w, X, y, 1.0))
+
+
+def test_a_sample_whose_row_norm_overflows_is_never_reported_finite():
+    # regression (finiteness, note step 12): the squared norm of z = (3.5e200, 0, 0) overflows, and
+    # z / inf = 0 gave a finite value for a row the program did not compute
+    rng = np.random.default_rng(23)
+    w = _overflow_model(1e200, rng)
+    X = _clean_and_overflowing_rows(rng)
+    f = margins_of_rows(prepare_rows(w, 2), X)
+    assert np.isfinite(f[0]) and np.isnan(f[1])
+
+
+_FE_MODES = {"upward": 0x800, "downward": 0x400, "toward zero": 0xC00}  # <fenv.h> on x86-64 glibc
+
+
+@pytest.fixture
+def fesetround():
+    import ctypes
+    import ctypes.util
+    import platform
+    import sys
+
+    if not (sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")):
+        pytest.skip("the rounding-mode constants are those of x86-64 glibc")
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    old = libm.fegetround()
+    yield libm.fesetround
+    libm.fesetround(old)
+
+
+@pytest.mark.parametrize("mode", sorted(_FE_MODES))
+def test_every_non_nearest_rounding_mode_is_detected(mode, fesetround):
+    # regression: the check 1 + 1.5u == 1 + 2u also holds under round-toward-+infinity
+    from specbound.certified.float_environment import rounds_to_nearest
+    from specbound.certified.gram_enclosure import _check_rounding_mode
+    from specbound.errors import CertificationError
+
+    assert fesetround(_FE_MODES[mode]) == 0
+    try:
+        env_ok = rounds_to_nearest()
+        with pytest.raises(NotApplicable, match="rounding"):
+            check_float_environment()
+        with pytest.raises(CertificationError, match="round-to-nearest"):
+            _check_rounding_mode()
+    finally:
+        fesetround(0)
+    assert not env_ok
+    check_float_environment()  # round to nearest again
+
+
+def test_the_norms_live_and_die_with_their_network():
+    # regression: an unbounded cache keyed by the network kept every network alive
+    import gc
+    import weakref
+
+    from specbound.certified.fast_forward import FastNetwork
+
+    net = FastNetwork.from_weights(_weights(np.random.default_rng(24), L=1))
+    prepare_rows(net, 3)
+    ref = weakref.ref(net)
+    del net
+    gc.collect()
+    assert ref() is None
+
+
+def test_a_nan_sample_counts_as_margin_zero_when_rho_is_chosen():
+    # floats only choose rho; a sample left to the Arb pass must not make the choice's input non-finite
+    from specbound.certified.ramp_loss import fast_pass
+
+    rng = np.random.default_rng(22)
+    w = _overflow_model(1e308, rng)
+    data = dataset_from_arrays(np.array([1, -1]), inputs=_clean_and_overflowing_rows(rng))
+    fp = fast_pass(w, data)
+    assert np.isnan(fp.f[1])
+    m = fp.margins(data)
+    assert np.isfinite(m).all() and m[1] == 0 and m[0] == fp.f[0]

@@ -98,6 +98,14 @@ def mp_softmax_rows(S, causal: bool = False):
     return out
 
 
+def mp_matrix(m: NamedMatrix):
+    """The exact real matrix ``sqrt(scale_sq) * left [@ right]`` of a covered matrix, to the working
+    digits (the product of the factors and the square root of the rational scale in mpmath)."""
+    W = mp_mat(m.left) if m.right is None else mp_mat(m.left) * mp_mat(m.right)
+    s = Fraction(m.scale_sq)
+    return W if s == 1 else W * mpmath.sqrt(mpmath.mpf(s.numerator) / s.denominator)
+
+
 def mp_forward(weights: AnalysisWeights, X0) -> mpmath.mpf:
     """f(Pi(X0)) in 40-digit arithmetic; X0 is an mpmath matrix of the exact input rows.  The
     residual variant (``weights.variant == "residual"``): Y = Pi(X + Att(X)), X' = Pi(Y + F(Y)); the
@@ -108,15 +116,13 @@ def mp_forward(weights: AnalysisWeights, X0) -> mpmath.mpf:
     for l in range(weights.num_layers):
         att = mpmath.zeros(X.rows, X.cols)
         for h in range(weights.num_heads):
-            qk = weights.get(l, "QK", h)
-            vt = weights.get(l, "V_tilde", h)
-            A = mp_mat(qk.left) * mp_mat(qk.right)  # exact product of the factors (to 40 digits)
-            V = mp_mat(vt.left) * mp_mat(vt.right)
+            A = mp_matrix(weights.get(l, "QK", h))  # exact product of the factors (to 40 digits)
+            V = mp_matrix(weights.get(l, "V_tilde", h))
             att += mp_softmax_rows(X * A * X.T, causal) * X * V
         Y = mp_project(X + att if residual else att)
-        U = Y * mp_mat(weights.get(l, "M_in").left)
+        U = Y * mp_matrix(weights.get(l, "M_in"))
         U = U.apply(lambda t: mp_phi(weights.activation, t))
-        Z = U * mp_mat(weights.get(l, "M_out").left)
+        Z = U * mp_matrix(weights.get(l, "M_out"))
         X = mp_project(Y + Z if residual else Z)
     w = weights.readout
     row = X.rows - 1 if causal else 0

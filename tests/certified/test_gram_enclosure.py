@@ -216,3 +216,190 @@ def test_pipeline_enclose_all_uses_the_default_route_and_keeps_the_old_one_selec
     assert [e.method for e in enclose_all(W(), method="eft")] == ["eft", "gram"]
     with pytest.raises(ValueError):
         enclose_all(W(), method="svd")
+
+
+# --------------------------------------------------------------------------- every formula pinned to the note
+#
+# The Gram widths are 10^3-10^4 times the real error, so the containment tests above cannot see a weakened
+# formula or a lost outward rounding.  Here every bound is recomputed from proofs_notes/gram_enclosure.md
+# in exact rationals / 50-digit mpmath from the *same float inputs* (data computed with the same numpy
+# operations; norms as the code's Frobenius bounds, which are pinned first).  The code's float result
+# must lie at or above the exact value of the formula (outward rounding: with round-to-nearest instead,
+# some result falls below) and within a relative 1e-13 of it (a few ulps of upward rounding), so any term
+# of share above 1e-12 dropped or shrunk by 10% fails.  Terms below that share -- the underflow terms
+# (ETA = 2**-1021) and the rounding factors 1 + 2 gamma_n -- are pinned in a second run with ETA and u
+# inflated (2**-30, 2**-20; the code reads both at call time): the formulas are polynomial in them.
+
+from fractions import Fraction  # noqa: E402
+
+U_EXACT = Fraction(1, 2**53)
+TIGHT = mpmath.mpf("1e-13")
+
+
+def _exact_gamma(n: int, u: Fraction = U_EXACT) -> Fraction:
+    return n * u / (1 - n * u)
+
+
+def _mp(x) -> mpmath.mpf:
+    """An exact rational or a float as an mpf (to the working digits)."""
+    if isinstance(x, Fraction):
+        return mpmath.mpf(x.numerator) / x.denominator
+    return mpmath.mpf(float(x))
+
+
+def _pinned(code: float, ref: mpmath.mpf, what: str) -> None:
+    code = mpmath.mpf(float(code))
+    assert code >= ref, (what, "rounded inward", code, ref)
+    assert code <= ref * (1 + TIGHT), (what, "looser than the note", code, ref)
+
+
+@pytest.fixture(params=["real", "inflated"])
+def consts(request, monkeypatch) -> tuple[Fraction, Fraction]:
+    """(ETA, u) as in the note, or inflated so that every underflow and rounding-factor term is resolvable."""
+    if request.param == "inflated":
+        monkeypatch.setattr(gram_mod, "ETA", 2.0**-30)
+        monkeypatch.setattr(gram_mod, "UNIT_ROUNDOFF", 2.0**-20)
+    return Fraction(gram_mod.ETA), Fraction(gram_mod.UNIT_ROUNDOFF)
+
+
+def _tiny_ref(rows: int, cols: int, inner: int, eta: Fraction) -> mpmath.mpf:
+    """Section 1: rows * cols entries, each with at most 2 inner + 4 underflowing operations."""
+    return _mp(rows * cols * (2 * inner + 4) * eta)
+
+
+def _fro(x: np.ndarray) -> mpmath.mpf:
+    """The code's Frobenius bound of the float array x as an exact number (pinned below)."""
+    return _mp(gram_mod._fro_up(np.asarray(x)[None])[0])
+
+
+def test_gamma_rounds_up_from_the_exact_rational():
+    for n in range(1, 4001):
+        exact = _exact_gamma(n)
+        got = Fraction(gram_mod._gamma(n))
+        assert exact <= got <= exact * (1 + Fraction(1, 2**50)), n
+
+
+def test_square_roots_round_outward_and_tightly():
+    rng = np.random.default_rng(31)
+    lo2 = np.concatenate([rng.random(400) * 10.0 ** rng.integers(-300, 300, 400), [0.0, -1.0, 5e-324, 2.0]])
+    hi2 = lo2 * (1 + rng.random(lo2.size))
+    lo, hi = gram_mod._square_root_bounds(lo2, hi2)
+    for a, b, x, y in zip(lo.tolist(), hi.tolist(), lo2.tolist(), hi2.tolist()):
+        assert Fraction(a) ** 2 <= Fraction(max(x, 0.0)) and Fraction(b) ** 2 >= Fraction(max(y, 0.0))
+        assert b <= np.nextafter(np.nextafter(np.sqrt(max(y, 0.0)), np.inf), np.inf)
+
+
+def test_frobenius_and_tiny_bounds_are_the_notes_rounded_up(consts):
+    # section 1: the exact sum of n squares is <= (fl(sum) + 2 n ETA) / (1 - gamma_n) <= (...)(1 + 2 gamma_n)
+    rng = np.random.default_rng(32)
+    for shape, scale in (((7, 5), 1.0), ((3, 9), 1e-160), ((4, 4), 1e150)):
+        x = rng.standard_normal(shape) * scale
+        ss = np.einsum("ij,ij->", x, x)  # the float sum, data
+        exact = sum((Fraction(float(v)) ** 2 for v in x.ravel()), Fraction(0))
+        eta, u = consts
+        with mpmath.workdps(50):
+            g = 1 + 2 * _exact_gamma(x.size, u)
+            got = gram_mod._fro_up(x[None])[0]
+            _pinned(got, mpmath.sqrt(_mp((Fraction(float(ss)) + 2 * x.size * eta) * g)), "||x||_F")
+            assert Fraction(float(got)) ** 2 >= exact
+    for rows, cols, inner in ((1, 1, 1), (4, 4, 8), (12, 3, 100)):
+        with mpmath.workdps(50):
+            _pinned(gram_mod._tiny(rows, cols, inner), _tiny_ref(rows, cols, inner, consts[0]), "tiny")
+
+
+def _eigen_error_ref(s, d, z, consts) -> tuple[mpmath.mpf, mpmath.mpf]:
+    """Section 5: (eps_e, delta) from the float residuals of (s, d, z) (computed as the code does)."""
+    p = s.shape[-1]
+    r = s @ z - z * d[None, :]
+    e = z.T @ z
+    e[np.arange(p), np.arange(p)] -= 1.0
+    eta, u = consts
+    growth = _mp(Fraction(gram_mod.GROWTH))
+    tiny = _tiny_ref(p, p, p, eta)
+    gp = _mp(_exact_gamma(p, u))
+    fz = _fro(z)
+    rn = _fro(r) * growth + gp * _fro(s) * fz + 4 * _mp(u) * fz * max(abs(_mp(v)) for v in d) + tiny
+    delta = _fro(e) * growth + gp * fz**2 + tiny
+    spread = _mp(d[-1]) - _mp(d[0])
+    return (delta * spread + rn) / mpmath.sqrt(1 - delta), delta
+
+
+@pytest.mark.parametrize("p", [1, 3, 6])
+def test_eigen_error_is_pinned_to_section_5(p, consts):
+    rng = np.random.default_rng(40 + p)
+    a = rng.standard_normal((p, p + 2))
+    s = gram_mod._symmetrized((a @ a.T)[None])
+    d, z = np.linalg.eigh(s)
+    eps_e, delta = gram_mod._eigen_error(s, d, z)
+    with mpmath.workdps(50):
+        ref_eps, ref_delta = _eigen_error_ref(s[0], d[0], z[0], consts)
+        _pinned(delta[0], ref_delta, "delta")
+        _pinned(eps_e[0], ref_eps, "eps_e")
+
+
+def test_eigen_bounds_add_eps0_and_eps_e_outward(monkeypatch):
+    # section 5 / Weyl: lo <= d_(i) - (eps0 + eps_e) and hi >= d_(i) + (eps0 + eps_e), exactly
+    rng = np.random.default_rng(45)
+    a = rng.standard_normal((4, 6))
+    s = gram_mod._symmetrized((a @ a.T)[None])
+    eps0 = np.array([3.3e-15])
+    lo, hi, ok = gram_mod._eigen_square_bounds(s, eps0)
+    d, z = np.linalg.eigh(s)
+    eps_e, _ = gram_mod._eigen_error(s, d, z)
+    eps = Fraction(float(eps0[0])) + Fraction(float(eps_e[0]))
+    assert ok[0]
+    for i, di in enumerate(d[0, ::-1].tolist()):
+        assert Fraction(float(lo[0, i])) <= Fraction(di) - eps and Fraction(float(hi[0, i])) >= Fraction(di) + eps
+
+
+def _captured_eps0(monkeypatch, call) -> tuple[np.ndarray, np.ndarray]:
+    """(s, eps0) handed to the eigen step by ``call()``."""
+    seen = {}
+    real = gram_mod._eigen_square_bounds
+
+    def spy(s, eps0):
+        seen["s"], seen["eps0"] = s.copy(), eps0.copy()
+        return real(s, eps0)
+
+    monkeypatch.setattr(gram_mod, "_eigen_square_bounds", spy)
+    call()
+    return seen["s"], seen["eps0"]
+
+
+@pytest.mark.parametrize("shape", [(5, 8), (9, 4)])
+def test_dense_gram_error_is_pinned_to_section_3(shape, consts, monkeypatch):
+    w = np.random.default_rng(50 + shape[0]).standard_normal(shape)[None]
+    _, eps0 = _captured_eps0(monkeypatch, lambda: gram_mod._dense_square_bounds(w))
+    p, n = min(shape), max(shape)
+    with mpmath.workdps(50):
+        eta, u = consts
+        ref = _mp(_exact_gamma(n, u)) * _fro(w[0]) ** 2 + _tiny_ref(p, p, n, eta)
+        _pinned(eps0[0], ref, "eps_G")
+
+
+@pytest.mark.parametrize("m, r, n", [(6, 2, 5), (4, 3, 9)])
+def test_factored_gram_error_is_pinned_to_section_4(m, r, n, consts, monkeypatch):
+    rng = np.random.default_rng(60 + m)
+    f, g = rng.standard_normal((1, m, r)), rng.standard_normal((1, r, n))
+    ts, eps0 = _captured_eps0(monkeypatch, lambda: gram_mod._factored_square_bounds(f, g))
+    # the float intermediates, by the same numpy operations (data, not bounds)
+    gx = gram_mod._symmetrized(np.swapaxes(f, -1, -2) @ f)
+    gy = gram_mod._symmetrized(g @ np.swapaxes(g, -1, -2))
+    lf = gram_mod._cholesky_factors(gy)
+    delta_y = lf @ np.swapaxes(lf, -1, -2) - gy
+    mt = gx @ lf
+    t = np.swapaxes(lf, -1, -2) @ mt
+    assert np.array_equal(ts, gram_mod._symmetrized(t))
+    with mpmath.workdps(50):
+        eta, u = consts
+        growth = _mp(Fraction(gram_mod.GROWTH))
+        tiny = _tiny_ref(r, r, max(m, n, r), eta)
+        gr = _mp(_exact_gamma(r, u))
+        eps_x = _mp(_exact_gamma(m, u)) * _fro(f[0]) ** 2 + tiny
+        eps_y = _mp(_exact_gamma(n, u)) * _fro(g[0]) ** 2 + tiny
+        fl = _fro(lf[0])
+        eps_delta = _fro(delta_y[0]) * growth + gr * fl**2 + eps_y + tiny
+        norm_gx = _fro(gx[0]) + eps_x
+        eps_t = (gr * fl * _fro(mt[0]) + fl**2 * (gr * _fro(gx[0]) + eps_x)
+                 + _fro((t - np.swapaxes(t, -1, -2))[0]) * growth + 3 * tiny)
+        _pinned(eps0[0], eps_t + norm_gx * eps_delta, "eps0 (factored)")
