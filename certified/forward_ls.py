@@ -35,7 +35,7 @@ from specbound.matrices import AnalysisWeights
 from . import forward as plain
 from .forward import DEFAULT_PREC, ArbNetwork, _exact_mat, _row, activation, input_ball, project_rows, softmax_rows
 
-LS_VARIANTS = ("ls", "ls_residual")
+from specbound.vocabulary import LS_VARIANTS  # noqa: E402  (re-exported: the one definition)
 ROPE_COS, ROPE_SIN = "rope.cos", "rope.sin"
 """Keys of the rotary tables in ``AnalysisWeights.extra`` (T x d_h/2 binary64 arrays)."""
 
