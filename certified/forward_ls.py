@@ -41,7 +41,7 @@ from .forward import (
     DEFAULT_PREC, ArbNetwork, Factors, _exact_mat, _row, activation, input_ball, project_rows, softmax_rows, times,
 )
 
-LS_VARIANTS = ("ls", "ls_residual")
+from specbound.vocabulary import LS_VARIANTS  # noqa: E402  (re-exported: the one definition)
 ROPE_COS, ROPE_SIN = "rope.cos", "rope.sin"
 """Keys of the rotary tables in ``AnalysisWeights.extra`` (T x d_h/2 binary64 arrays)."""
 

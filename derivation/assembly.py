@@ -16,16 +16,13 @@ from typing import Mapping
 
 import sympy as sp
 
-from specbound.vocabulary import LS_MATRIX_KINDS, MATRIX_KINDS, kv_group  # noqa: F401  (re-exported: the one group map)
+from specbound.vocabulary import LS_MATRIX_KINDS, LS_VARIANTS, MATRIX_KINDS, kv_group  # noqa: F401  (re-exported: the one group map)
 
 from . import modern_blocks, symbols
 from .symbols import c_A, c_D, c_G, c_in, c_K, c_out, c_Q, c_U, c_V, group_sum
 
 GAMMA_KEY = {"QK": "A", "V_tilde": "V", "M_in": "M_in", "M_out": "M_out"}
 """Theorem's sensitivity key (``Theorem.gamma``) of each matrix type of the plain kinds."""
-
-LS_MODELS: tuple[str, ...] = ("ls", "ls_residual")
-"""The Llama-style variants (covered kinds vocabulary.LS_MATRIX_KINDS)."""
 
 GROUP_SUMMAND = c_V * c_Q
 """One head's summand of ``Sigma_g = sum_{h in g} ||V~_h|| ||Q_h||`` (ls_model, proofs_notes/ls_model.md)."""
@@ -57,14 +54,14 @@ _LS = Layout(LS_MATRIX_KINDS, MappingProxyType({c_Q: "Q", c_K: "K", c_V: "V_tild
 
 def layout(model: str) -> Layout:
     """The :class:`Layout` of a model variant ("plain", "residual", "causal": the plain kinds)."""
-    return _LS if model in LS_MODELS else _PLAIN
+    return _LS if model in LS_VARIANTS else _PLAIN
 
 
 def beta_c_expression(model: str) -> sp.Expr:
     """The recommended spectral grid base as an expression in the depth ``L`` (symbols.L): 1 + 1/(4L)
     for the plain kinds (four norms in a layer product), the ls_model's ``beta_c`` = 1 + 1/(6L) for
     the LS variants (six norms).  Printed into numeric/generated.py for the run paths."""
-    if model in LS_MODELS:
+    if model in LS_VARIANTS:
         expr = modern_blocks.ls_model.constants["beta_c"]
         return expr.xreplace({next(iter(expr.free_symbols)): symbols.L})
     return 1 + 1 / (4 * symbols.L)

@@ -23,7 +23,7 @@ from typing import Iterator, Mapping
 import sympy as sp
 
 from specbound.errors import SpecboundError
-from specbound.vocabulary import ACTIVATIONS, MODEL_VARIANTS
+from specbound.vocabulary import ACTIVATIONS, LS_VARIANTS, MODEL_VARIANTS, RESIDUAL_VARIANTS
 
 from . import covering, lipschitz, modern_blocks, posthoc, rademacher
 from .lemma import Lemma
@@ -80,10 +80,8 @@ SHIPPED_REGISTRY = REGISTRY
 MODEL_LEMMAS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "plain": tuple(ANALYSIS_REGISTRY), "residual": tuple(ANALYSIS_REGISTRY),
     "causal": (*ANALYSIS_REGISTRY, "masked_softmax", "score_bias"),
-    "ls": tuple(REGISTRY), "ls_residual": tuple(REGISTRY),
+    **dict.fromkeys(LS_VARIANTS, tuple(REGISTRY)),
 })
-#: the model variants whose attention uses rotary embeddings (rho_R is a constant in force there)
-ROPE_MODELS = ("ls", "ls_residual")
 
 #: overridable lemma constants: name -> (symbol, lemma that proves the default)
 OVERRIDABLE: Mapping[str, tuple[sp.Symbol, str]] = MappingProxyType({
@@ -230,8 +228,8 @@ def assemble(
     unknown = sorted(set(overrides) - set(OVERRIDABLE))
     if unknown:
         raise DerivationError(f"unknown constant(s) {unknown}; overridable: {sorted(OVERRIDABLE)}")
-    if "rho_R" in overrides and model not in ROPE_MODELS:
-        raise DerivationError(f"override rho_R applies to the rotary models {ROPE_MODELS} only")
+    if "rho_R" in overrides and model not in LS_VARIANTS:  # only their attention rotates (rope_attention)
+        raise DerivationError(f"override rho_R applies to the rotary models {LS_VARIANTS} only")
     exact = tuple(sorted((name, _exact(name, value)) for name, value in overrides.items()))
     # Theorems are immutable, so one assembly per distinct request is shared (assembly costs ~0.5 s).
     return _assemble(exact, massart, dudley, activation, model)
@@ -245,7 +243,7 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
            "relu": lipschitz.relu_constants, "silu": REGISTRY["silu_constants"].constants}[activation]
     values = {"C_sm": REGISTRY["softmax_linf_l1"].constants["C_sm"], "L_phi": act["L_phi"],
               "B_phi": act["B_phi"]}
-    if model in ROPE_MODELS:
+    if model in LS_VARIANTS:
         values["rho_R"] = REGISTRY["rope_attention"].constants["rho_R_exact"]
     values.update(overrides)
     subs = {OVERRIDABLE[name][0]: value for name, value in values.items()}
@@ -255,18 +253,18 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
 
     lip = REGISTRY["layer_lipschitz"].constants
     head = lip["head_summand"]
-    if model in ("plain", "causal"):  # causal: masked_softmax leaves every constant unchanged
-        gam, layer = REGISTRY["sensitivity_gamma"].constants, lip["layer"]
-    elif model in ROPE_MODELS:
+    if model in LS_VARIANTS:
         ls = REGISTRY["ls_model"].constants
         suffix = "" if model == "ls" else "_R"
         gam = {key: ls[key + suffix] if key in ("Q", "K", "Vt") else ls[key]
                for key in modern_blocks.LS_MATRIX_KINDS} | {"w": sp.Integer(1)}
         layer, head = ls["layer" + suffix], ls["head_summand"]
-    else:
+    elif model in RESIDUAL_VARIANTS:
         res = REGISTRY["residual_variant"].constants
         gam = {key: res[key] for key in ("A", "V", "M_in", "M_out")} | {"w": sp.Integer(1)}
         layer = res["layer"]
+    else:  # plain and causal: masked_softmax leaves every constant unchanged
+        gam, layer = REGISTRY["sensitivity_gamma"].constants, lip["layer"]
     net = REGISTRY["network_cover"].constants
     kap = net["matrix_loss_sensitivity"] / rho
 

@@ -111,8 +111,8 @@ class AnalysisWeights:
     scope: ModelScope | None = None
     """The adapter's account of what was kept, replaced and dropped (:mod:`specbound.scope`)."""
     variant: str = "plain"
-    """The analysis model these matrices belong to (one of vocabulary.MODEL_VARIANTS); "ls" and
-    "ls_residual" use vocabulary.LS_MATRIX_KINDS, the others vocabulary.MATRIX_KINDS."""
+    """The analysis model these matrices belong to (one of vocabulary.MODEL_VARIANTS); those of
+    vocabulary.LS_VARIANTS use vocabulary.LS_MATRIX_KINDS, the others vocabulary.MATRIX_KINDS."""
     num_kv_heads: int = 0
     """Key/value groups of grouped-query attention (LS variants); 0 means one per head."""
 

@@ -48,10 +48,17 @@ from torch import nn
 from specbound.checkpoint import open_checkpoint
 from specbound.derivation.assembly import kv_group
 from specbound.errors import CheckpointError, LayoutError, NonFiniteError
-from specbound.vocabulary import ACTIVATIONS, ANALYSIS_LAYOUT
+from specbound.vocabulary import (
+    ACTIVATIONS,
+    ANALYSIS_LAYOUT,
+    BIDIRECTIONAL_VARIANTS,
+    LS_VARIANTS,
+    MODEL_VARIANTS,
+    RESIDUAL_VARIANTS,
+)
 
-MODEL_VARIANTS_TRAINABLE: tuple[str, ...] = ("plain", "residual", "causal", "ls", "ls_residual")
-"""The variants of vocabulary.MODEL_VARIANTS this reference model implements."""
+MODEL_VARIANTS_TRAINABLE: tuple[str, ...] = MODEL_VARIANTS
+"""The variants of vocabulary.MODEL_VARIANTS this reference model implements (all of them)."""
 ROPE_BASE = 10000.0
 """Default rotary base theta of the LS variant (the angle of pair i at position t is t theta^(-2i/d))."""
 
@@ -88,17 +95,17 @@ class Architecture:
     @property
     def is_ls(self) -> bool:
         """Llama-style blocks (RoPE, grouped keys, gated feed-forward)."""
-        return self.variant in ("ls", "ls_residual")
+        return self.variant in LS_VARIANTS
 
     @property
     def is_residual(self) -> bool:
         """Residual connections inside Pi: Y = Pi(X + Att(X)), X' = Pi(Y + F(Y)) (variant R)."""
-        return self.variant in ("residual", "ls_residual")
+        return self.variant in RESIDUAL_VARIANTS
 
     @property
     def is_causal(self) -> bool:
         """Causal mask and read-out at the last token (every variant but plain and residual)."""
-        return self.variant not in ("plain", "residual")
+        return self.variant not in BIDIRECTIONAL_VARIANTS
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "num_heads", "width", "head_dim", "ff_dim", "vocab_size"):
@@ -442,7 +449,7 @@ def architecture_from(tensors: dict[str, np.ndarray], meta: dict[str, str], path
         raise LayoutError(f"{path}: missing tensor embedding.E")
     variant = meta.get("variant", "plain")
     V = tensors["embedding.E"].shape[0]
-    is_ls = variant in ("ls", "ls_residual")
+    is_ls = variant in LS_VARIANTS
     table = "rope.cos" if is_ls else "embedding.P"
     T = tensors[table].shape[0] if table in tensors else 0
     try:

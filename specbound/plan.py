@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .errors import SpecboundError
+from .vocabulary import READOUT_TRAINED, READOUTS
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class BoundSettings:
     grid_m: int | None = None
     massart: str = "centred"
     dudley: str = "centred"
-    readout: str = "trained"
+    readout: str = READOUT_TRAINED
     overrides: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
@@ -59,7 +60,7 @@ class BoundSettings:
                 raise SpecboundError(f"{name} must be > 1")
         if self.beta_c is not None and Fraction(self.beta_c) <= 1:
             raise SpecboundError("beta_c must be > 1")
-        if self.readout not in ("trained", "fixed"):
+        if self.readout not in READOUTS:
             raise SpecboundError(f"readout must be 'trained' or 'fixed', got {self.readout!r}")
 
     def base_c(self, num_layers: int, model: str = "plain") -> Fraction:

@@ -9,6 +9,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .vocabulary import (
+    EMPIRICAL_DATA,
+    EMPIRICAL_TASK,
+    EMPIRICAL_TRAIN,
+    EMPIRICAL_USER,
+    READOUT_FIXED,
+    READOUT_TRAINED,
+)
+
 
 @dataclass(frozen=True)
 class ModelScope:
@@ -60,8 +69,8 @@ VACUOUS = "vacuous"
 """The word printed next to a bound >= 1: a bound on a probability that says nothing."""
 
 READOUT_PHRASES: dict[str, str] = {
-    "trained": "treated as fitted on S: its cover is included (paid for in the bound)",
-    "fixed": ("ASSUMPTION: chosen independently of S (--readout fixed, or no read-out in the checkpoint): "
+    READOUT_TRAINED: "treated as fitted on S: its cover is included (paid for in the bound)",
+    READOUT_FIXED: ("ASSUMPTION: chosen independently of S (--readout fixed, or no read-out in the checkpoint): "
               "its cover is dropped; the bound is invalid if w was fitted on S"),
 }
 """How each read-out mode (vocabulary.READOUTS) enters the theorem, said in words."""
@@ -77,18 +86,18 @@ def is_vacuous(upper) -> bool:
 
 
 def _sample_phrase(kind: str, detail: dict, n: int) -> str:
-    if kind == "data":
+    if kind == EMPIRICAL_DATA:
         sha = str(detail.get("sha256", ""))[:16]
         return f"the data file {detail.get('path')}" + (f" (sha256 {sha}...)" if sha else "") + f", n = {n}"
-    if kind == "task":
+    if kind == EMPIRICAL_TASK:
         task = detail.get("task") or {}
         return (f"n = {n} fresh i.i.d. samples of the recorded task {task.get('name')!s} "
                 f"(numpy default_rng seed {detail.get('seed')})")
-    if kind == "train":
+    if kind == EMPIRICAL_TRAIN:
         task = detail.get("task") or {}
         return (f"S = the training sample: the n = {n} training examples of task {task.get('name')!s} "
                 f"(regenerated from data seed {detail.get('data_seed')})")
-    if kind == "user":
+    if kind == EMPIRICAL_USER:
         return f"the user's sample of n = {n} examples (not seen by specbound)"
     return f"none (n = {n} enters the complexity and confidence terms only)"
 
@@ -105,9 +114,9 @@ def scope_block(*, checkpoint: str, sha256: str, model: ModelScope | None, varia
     """
     model = model or ModelScope(family="unknown (the adapter gave no account)")
     assumptions = []
-    if readout == "fixed":
-        assumptions.append("read-out " + READOUT_PHRASES["fixed"])
-    if empirical_kind == "user":
+    if readout == READOUT_FIXED:
+        assumptions.append("read-out " + READOUT_PHRASES[READOUT_FIXED])
+    if empirical_kind == EMPIRICAL_USER:
         assumptions.append(USER_EMPIRICAL_PHRASE)
     low = [o for o in overrides if not o["proven"]]
     for o in overrides:
@@ -123,13 +132,13 @@ def scope_block(*, checkpoint: str, sha256: str, model: ModelScope | None, varia
         "dropped": list(model.dropped),
         "activation": f"{activation} ({model.activation_source or 'source not stated'})",
         "readout": (f"{model.readout or 'read-out vector w'}; "
-                    + (READOUT_PHRASES["trained"] if readout == "trained" else "fixed (see the ASSUMPTION below)")),
+                    + (READOUT_PHRASES[READOUT_TRAINED] if readout == READOUT_TRAINED else "fixed (see the ASSUMPTION below)")),
         "sample": _sample_phrase(empirical_kind, empirical_detail, n),
         "n": n,
         "margin": margin,
         "empirical_certified": bool(empirical_certified),
         "empirical": ("certified (certified forward passes on S: Arb, or binary64 with a proven error bound)" if empirical_certified
-                      else "NOT certified (user-supplied)" if empirical_kind == "user"
+                      else "NOT certified (user-supplied)" if empirical_kind == EMPIRICAL_USER
                       else "absent: complexity + confidence only, NOT a bound"),
         "assumptions": assumptions,
         "overrides": overrides,

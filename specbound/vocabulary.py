@@ -32,6 +32,18 @@ MODEL_VARIANTS: tuple[str, ...] = ("plain", "residual", "causal", "ls", "ls_resi
 the causal (GPT-2-style) model and the Llama-style model with and without residuals
 (proofs_notes/theory.md sections 1, 10 and 11)."""
 
+LS_VARIANTS: tuple[str, ...] = ("ls", "ls_residual")
+"""The Llama-style variants (rotary embeddings, grouped keys and values, gated feed-forward;
+proofs_notes/theory.md section 11): they cover :data:`LS_MATRIX_KINDS`, the others
+:data:`MATRIX_KINDS`."""
+
+RESIDUAL_VARIANTS: tuple[str, ...] = ("residual", "ls_residual")
+"""The variants with residual connections inside the projection (proofs_notes/residual_variant.md)."""
+
+BIDIRECTIONAL_VARIANTS: tuple[str, ...] = ("plain", "residual")
+"""The variants without a causal mask, read out at the first (CLS) token; every other variant is
+causal and reads out at the last token."""
+
 READOUT_TRAINED = "trained"
 """The read-out w was fitted on the sample: it is covered and paid for."""
 READOUT_FIXED = "fixed"

@@ -27,7 +27,7 @@ from . import analysis, bert, distilbert, gpt2, llama, t5, vit
 from .helpers import AdapterSpec, names_seen
 
 ADAPTERS: tuple[ModuleType, ...] = (
-    analysis,    # the project's own format first: its metadata names it explicitly
+    analysis,    # the project's own format: its metadata names it explicitly
     bert,        # BERT, RoBERTa, XLM-R, ELECTRA, MiniLM
     distilbert,
     vit,         # older and newer ViT names
@@ -35,15 +35,26 @@ ADAPTERS: tuple[ModuleType, ...] = (
     llama,       # Llama, Mistral, Qwen, Gemma; Hugging Face and GGUF names
     t5,          # the encoder
 )
-"""Tried in order; one line per adapter."""
+"""Every adapter, one line each; exactly one may match a checkpoint (:func:`detect`)."""
 
 
 def detect(ckpt) -> ModuleType:
-    """The adapter whose layout the checkpoint has; a one-line LayoutError naming the tensors seen
-    and the families known if none."""
-    for adapter in ADAPTERS:
-        if adapter.matches(ckpt):
-            return adapter
+    """The one adapter whose layout the checkpoint has.
+
+    One-line LayoutError naming the tensors seen and the families known if none matches, and naming
+    every matching adapter if several do: the registry's order must not decide silently what a
+    checkpoint is read as (a file holding two models' tensors is refused, not half-read).
+    """
+    found = [adapter for adapter in ADAPTERS if adapter.matches(ckpt)]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        named = [f"{a.SPEC.layout} ({'/'.join(a.SPEC.families)})" for a in found]
+        which = ("both " if len(named) == 2 else "all of ") + ", ".join(named[:-1]) + " and " + named[-1]
+        raise LayoutError(
+            f"{ckpt.path}: ambiguous layout: its tensors match {which}; a checkpoint must hold one "
+            f"model (save that model's weights alone)"
+        )
     known = "; ".join(f"{a.SPEC.layout} ({a.SPEC.expected})" for a in ADAPTERS)
     families = ", ".join(f for a in ADAPTERS for f in a.SPEC.families)
     raise LayoutError(

@@ -36,13 +36,12 @@ from ..vocabulary import kv_group
 from ..matrices import AnalysisWeights, NamedMatrix, ordered
 from ..vocabulary import (
     ANALYSIS_LAYOUT, CAPABILITY_CERTIFY, CAPABILITY_FLOAT_FORWARD, CAPABILITY_MATRICES,
-    CAPABILITY_RECORDED_TASK, MODEL_VARIANTS, VIEW_ANALYSIS,
+    BIDIRECTIONAL_VARIANTS, CAPABILITY_RECORDED_TASK, LS_VARIANTS, MODEL_VARIANTS, VIEW_ANALYSIS,
 )
 from . import helpers
 from .helpers import AdapterSpec, Reads, check_view
 
 LAYOUT = ANALYSIS_LAYOUT
-_LS = ("ls", "ls_residual")
 EXPECTED = "layers.{l}.attn.W_Q/W_K/W_V/W_O, layers.{l}.ff.M_in/M_out, readout.w"
 
 SPEC = AdapterSpec(
@@ -87,7 +86,7 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
     def stated(key: str) -> int | None:
         return helpers.positive_int(ckpt, key, meta.get(key), "metadata")
 
-    ff0 = "layers.0.ff.G" if meta.get("variant") in _LS else "layers.0.ff.M_in"
+    ff0 = "layers.0.ff.G" if meta.get("variant") in LS_VARIANTS else "layers.0.ff.M_in"
     q0 = ckpt.shape("layers.0.attn.W_Q")
     m0 = ckpt.shape(ff0)
     for name, shp, rank in (("layers.0.attn.W_Q", q0, 3), (ff0, m0, 2)):
@@ -112,7 +111,7 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
     variant = meta.get("variant", "plain")
     if variant not in MODEL_VARIANTS:
         raise LayoutError(f"{ckpt.path}: unsupported variant {variant!r} (supported: {', '.join(MODEL_VARIANTS)})")
-    if variant in _LS:
+    if variant in LS_VARIANTS:
         return _adapt_ls(ckpt, reads, meta, L, H, N, d, d_ff, act, variant)
 
     matrices: list[NamedMatrix] = []
@@ -191,9 +190,9 @@ def _weights(ckpt, reads, meta, matrices, readout, L, H, N, d, d_ff, act, varian
         extra=extra,
         scope=ModelScope(
             family="specbound analysis model" + ("" if variant == "plain" else f" ({variant} variant)"),
-            kept=("every weight of the network",) + (("the rotary tables rope.cos/rope.sin",) if variant in _LS else ()),
+            kept=("every weight of the network",) + (("the rotary tables rope.cos/rope.sin",) if variant in LS_VARIANTS else ()),
             activation_source=f"checkpoint metadata -> {act}",
-            readout=("the checkpoint's read-out vector w on the CLS token (position 0)" if variant in ("plain", "residual")
+            readout=("the checkpoint's read-out vector w on the CLS token (position 0)" if variant in BIDIRECTIONAL_VARIANTS
                      else "the checkpoint's read-out vector w on the last token (causal mask)"),
             config_keys=tuple(k for k in SPEC.config_keys if k in meta),
         ),

@@ -39,7 +39,7 @@ import numpy as np
 from ..errors import LayoutError
 from ..matrices import AnalysisWeights, NamedMatrix, ordered
 from ..scope import ModelScope
-from ..vocabulary import ACTIVATIONS, PLAIN_ACTIVATIONS, VIEW_ANALYSIS, VIEW_PROXY, VIEWS
+from ..vocabulary import ACTIVATIONS, LS_VARIANTS, PLAIN_ACTIVATIONS, VIEW_ANALYSIS, VIEW_PROXY, VIEWS
 
 HIDDEN_ACT: dict[str, str] = {
     "gelu": "gelu",
@@ -505,5 +505,5 @@ def finish(ckpt, spec: AdapterSpec, facts: Facts, layers: list[LayerParts], *, v
                                      (ls and view == VIEW_ANALYSIS)) else 1),
         activation=activation, readout=None, source=str(ckpt.source), sha256=ckpt.sha256(),
         layout=spec.layout, extra=info, scope=scope, variant=variant,
-        num_kv_heads=facts.num_kv_heads if variant.startswith("ls") else 0,
+        num_kv_heads=facts.num_kv_heads if variant in LS_VARIANTS else 0,
     )

@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from specbound.vocabulary import ACTIVATIONS, MODEL_VARIANTS
+from specbound.vocabulary import ACTIVATIONS, LS_VARIANTS, MODEL_VARIANTS
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -175,7 +175,7 @@ def _print_run(out: dict) -> None:
     tr = out["training"].get("train", {})
     emp = b["empirical_sample"]
     variant = tc.get("variant", "plain")
-    kv = f" kv-groups={tc.get('num_kv_heads') or tc['num_heads']}" if variant.startswith("ls") else ""
+    kv = f" kv-groups={tc.get('num_kv_heads') or tc['num_heads']}" if variant in LS_VARIANTS else ""
     print(f"model ({variant}{kv}): L={tc['num_layers']} H={tc['num_heads']} N={tc['width']} d_h={tc['head_dim']} "
           f"d_ff={tc['ff_dim']} {tc['activation']}; task {tc['task']}; {tc['steps']} steps, "
           f"reg {tc['reg_kind']} {tc['reg']}; train accuracy {tr.get('accuracy', float('nan')):.4f} "

@@ -22,6 +22,7 @@ from specbound.numeric.proxies import paper_proxies
 from specbound.pipeline import certify
 from specbound.scope import is_vacuous
 from specbound.tasks import Task
+from specbound.vocabulary import LS_VARIANTS, RESIDUAL_VARIANTS
 from specbound.train import fresh_sample, train
 
 
@@ -126,7 +127,7 @@ def _finite_or_none(x: float) -> float | None:
 
 def proxies_of(weights) -> dict:
     """The paper's two proxies (float64, *not* bounds) as ``{"paper_ours": ..., "paper_edelman": ...}``."""
-    if weights.variant not in ("plain", "causal"):
+    if weights.variant in LS_VARIANTS or weights.variant in RESIDUAL_VARIANTS:  # the paper's networks are neither
         return {"paper_ours": None, "paper_edelman": None,
                 "note": f"the paper proxies are defined for the plain matrix kinds, not the {weights.variant} model"}
     result = paper_proxies(weights)

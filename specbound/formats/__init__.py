@@ -1,9 +1,12 @@
-"""Checkpoint containers beyond one plain weights file.
+"""Checkpoint containers, one module per container.
 
-One module per container: :mod:`.safetensors_sharded` (a Hugging Face index over several shards),
-:mod:`.gguf_file` (llama.cpp's GGUF, quantized tensors dequantized exactly), :mod:`.hf_cache`
-(a repo id resolved offline from the local Hugging Face cache) and :mod:`.state_dict` (weights
-already in memory).  Each opener returns an :class:`Opened` record that
+Single files: :mod:`.safetensors_file` (memory-mapped safetensors), :mod:`.torch_file` (a PyTorch
+state dict, loaded without executing its pickle), :mod:`.npz_file` (numpy archives) and
+:mod:`.gguf_file` (llama.cpp's GGUF, quantized tensors dequantized exactly).  Beyond one file:
+:mod:`.hf_folder` (a Hugging Face folder: its weights file and ``config.json``),
+:mod:`.safetensors_sharded` (a Hugging Face index over several shards), :mod:`.hf_cache` (a repo id
+resolved offline from the local Hugging Face cache) and :mod:`.state_dict` (weights already in
+memory).  Each opener returns an :class:`Opened` record that
 :func:`specbound.checkpoint.open_checkpoint` wraps into a ``Checkpoint``.
 """
 

@@ -230,6 +230,32 @@ def test_registry_declarations():
     assert capabilities("no-such-layout") == frozenset()
 
 
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_each_family_matches_exactly_one_adapter(saved, name):
+    # detect() refuses a checkpoint two adapters claim, so every real layout must be claimed once
+    ckpt = open_checkpoint(saved[name][1])
+    assert [a.SPEC.layout for a in ADAPTERS if a.matches(ckpt)] == [FAMILIES[name][4]]
+
+
+def test_a_checkpoint_two_adapters_match_is_refused_naming_both(saved, tmp_path, capsys):
+    # one file holding a BERT encoder's and a GPT-2's tensors: neither adapter may win by its place
+    # in the registry
+    from safetensors.numpy import save_file
+
+    tensors = {}
+    for name in ("bert", "gpt2"):
+        model = saved[name][0]
+        tensors.update({k: v.detach().numpy() for k, v in model.state_dict().items()})
+    path = tmp_path / "two.safetensors"
+    save_file(tensors, str(path))
+    with pytest.raises(LayoutError, match=r"ambiguous layout: its tensors match both bert \(.*\) and gpt2 \("):
+        detect(open_checkpoint(path))
+    for command in ("inspect", "spectra"):
+        code = main([command, str(path), "--num-heads", "2"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and "bert (" in err[0] and "gpt2 (" in err[0], err
+
+
 @pytest.mark.parametrize("name, needle", [("t5", "relative position bias")])
 def test_certify_refuses_outside_the_theorem_in_one_line(saved, name, needle, capsys):
     _, folder = saved[name]
