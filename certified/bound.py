@@ -251,6 +251,36 @@ class CertifiedFacts:
         return self.empirical_ball
 
 
+def certified_facts(
+    weights: AnalysisWeights,
+    settings: BoundSettings,
+    enclosures: Sequence[SingularValueEnclosure],
+    empirical: arb | None,
+    *,
+    roundings: Sequence[MatrixRounding] | None = None,
+    k_w: int | None = None,
+) -> tuple[ArbContext, CertifiedFacts, dict]:
+    """The Arb context (theorem in force) and the certified facts of ``weights`` that
+    :func:`specbound.certified.evaluation.evaluate` runs on, with the notes that qualify them (a
+    missing read-out, the rotary tables); arguments as for :func:`certify_bound`.  A route of the
+    driver other than the main theorem starts from here."""
+    J = len(weights.matrices)
+    if len(enclosures) != J:
+        raise CertificationError(f"expected {J} enclosures, got {len(enclosures)}")
+    readout = settings.readout
+    notes = {}
+    if readout == READOUT_TRAINED and weights.readout is None:
+        readout = READOUT_FIXED
+        notes["readout"] = "checkpoint has no read-out: a fixed unit vector (B_w = 1) is assumed"
+    ct = arb_theorem(settings, weights.activation, weights.variant)
+    _check_rotation_bound(weights, ct.rho_R, notes)
+    bases = {"beta_c": settings.base_c(weights.num_layers, weights.variant), "beta_s": Fraction(settings.beta_s),
+             "beta_w": Fraction(settings.beta_w), "beta_rho": Fraction(settings.beta_rho)}
+    facts = CertifiedFacts(weights, settings, structure_of(weights, ct.layout), grid_m(settings, weights), bases,
+                           enclosures, empirical, readout, roundings, k_w)
+    return ArbContext(ct), facts, notes
+
+
 def certify_bound(
     weights: AnalysisWeights,
     settings: BoundSettings,
@@ -271,23 +301,9 @@ def certify_bound(
     the caller must have checked that they dominate certified enclosures
     (:func:`specbound.certified.radii.dominates`), otherwise the result is not a bound.
     """
-    J = len(weights.matrices)
-    if len(enclosures) != J:
-        raise CertificationError(f"expected {J} enclosures, got {len(enclosures)}")
-    readout = settings.readout
-    notes = {}
-    if readout == READOUT_TRAINED and weights.readout is None:
-        readout = READOUT_FIXED
-        notes["readout"] = "checkpoint has no read-out: a fixed unit vector (B_w = 1) is assumed"
-    ct = arb_theorem(settings, weights.activation, weights.variant)
-    _check_rotation_bound(weights, ct.rho_R, notes)
-    L = weights.num_layers
-    bases = {"beta_c": settings.base_c(L, weights.variant), "beta_s": Fraction(settings.beta_s),
-             "beta_w": Fraction(settings.beta_w), "beta_rho": Fraction(settings.beta_rho)}
-    facts = CertifiedFacts(weights, settings, structure_of(weights, ct.layout), grid_m(settings, weights), bases,
-                           enclosures, empirical, readout, roundings, k_w)
+    ctx, facts, notes = certified_facts(weights, settings, enclosures, empirical, roundings=roundings, k_w=k_w)
     with precision(WORK_PREC):
-        ev = evaluate(ArbContext(ct), facts, plan)
+        ev = evaluate(ctx, facts, plan)
     net, t = ev.network, ev.terms
     rad, ch = net.radii, t.choices
     records = []
@@ -300,7 +316,7 @@ def certify_bound(
             lam=t.lam[j], u=ch.u[j], vartheta=ch.vartheta[j]))
     rd = net.readout
     return CertifiedBound(
-        settings=settings, plan=plan, m=facts.m, bases=bases, delta=decimal_fraction(settings.delta),
+        settings=settings, plan=plan, m=facts.m, bases=facts.bases, delta=decimal_fraction(settings.delta),
         matrices=tuple(records), layer_lipschitz=tuple(net.lipschitz), alphas=tuple(net.alpha), readout=rd.kind,
         readout_norm=rd.norm, k_w=rd.k_w, B_w=rd.B_w, k_rho=plan.k_rho, rho=net.rho, ss_closed=t.ss_closed,
         ss_exact=t.ss_exact, SS=t.SS, DD=t.DD, Lambda=t.Lambda, confidence=t.confidence, complexity=t.complexity,

@@ -232,6 +232,31 @@ def network(ctx, facts: Facts, plan: BoundPlan) -> Network:
     return Network(radii, readout, rho, lip, alpha, gamma, kappa)
 
 
+# -- the combiners: which form for which read-out (one definition, also the planner's) ------------
+
+def ss_closed(field, trained: bool, T_sum, *, B_w, N, n, rho):
+    """SS closed form from the sum of the matrix terms; a fixed read-out has no cover term
+    (proofs_notes/theory.md section 7, fixed w).  ``field(name, **values)``: ``ctx.field`` or a
+    :class:`~specbound.certified.compiled.CompiledTheorem`."""
+    if trained:
+        return field("ss_closed", B_w=B_w, N=N, T_sum=T_sum, n=n, rho=rho)
+    return field("ss_closed_fixed", T_sum=T_sum, n=n)
+
+
+def dd_closed(field, trained: bool, D_sum, *, B_w, N, n, rho, alpha_D, vartheta_w):
+    """Dudley closed form from the sum of the matrix pieces (without the read-out's piece when fixed)."""
+    if trained:
+        return field("dd_closed", B_w=B_w, N=N, D_sum=D_sum, alpha_D=alpha_D, n=n, rho=rho, vartheta_w=vartheta_w)
+    return field("dd_closed_fixed", D_sum=D_sum, alpha_D=alpha_D, n=n)
+
+
+def lambda_total(field, trained: bool, Lambda_sum, *, k_rho, k_w):
+    """Lambda(theta) from the per-matrix sum; a fixed read-out is not on the grid (no lambda(k_w))."""
+    if trained:
+        return field("Lambda_total", Lambda_sum=Lambda_sum, k_rho=k_rho, k_w=k_w)
+    return field("Lambda_total_fixed", Lambda_sum=Lambda_sum, k_rho=k_rho)
+
+
 # -- the main theorem's route ---------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -317,9 +342,7 @@ def rademacher(ctx, facts: Facts, net: Network, plan: BoundPlan) -> MainTerms:
     # single scale: the closed form, and the exact objective at the plan's u
     term = ctx.select(is0, f("ss_matrix_term_rank", where=is0, c=c, d=d, kappa=kap, n=n, r_max=r, s=s),
                       f("ss_matrix_term", where=~is0, c=c, d=d, kappa=kap, n=n, p=p, s=s))
-    T_sum = ctx.sum(term)
-    ss_closed = (f("ss_closed", B_w=B_w, N=N, T_sum=T_sum, n=n, rho=rho) if rd.trained
-                 else f("ss_closed_fixed", T_sum=T_sum, n=n))
+    closed = ss_closed(f, rd.trained, ctx.sum(term), B_w=B_w, N=N, n=n, rho=rho)
     u = ctx.exact_vector(ch.u)
     ent = ctx.select(rank0, ctx.zero, ctx.select(
         is0, f("ss_matrix_entropy_rank", where=live0, c=c, d=d, kappa=kap, r_max=r, s=s, u=u),
@@ -330,7 +353,7 @@ def rademacher(ctx, facts: Facts, net: Network, plan: BoundPlan) -> MainTerms:
         H_total = H_total + f("ss_readout_entropy", B_w=B_w, N=N, rho=rho, u_w=u_w)
         U_total = U_total + u_w
     ss_exact = f("ss_objective", H_total=H_total, U_total=U_total, n=n)
-    SS = ctx.min(ss_closed, ss_exact)
+    SS = ctx.min(closed, ss_exact)
 
     # Dudley: the closed form at the plan's alpha_D and weights
     a, theta = ctx.exact(ch.alpha_D), ctx.exact_vector(ch.vartheta)
@@ -339,23 +362,21 @@ def rademacher(ctx, facts: Facts, net: Network, plan: BoundPlan) -> MainTerms:
         is0, f("dd_matrix_piece_rank", where=live0, r_max=r, **dd),
         ctx.select(two, f("dd_matrix_piece_p2", where=two, **dd), f("dd_matrix_piece", where=mid, p=p, **dd))))
     piece = ctx.vanish(ch.alpha_D == ctx.theorem.dd_upper, piece)  # an empty integration range
-    D_sum = ctx.sum(piece)
-    DD = (f("dd_closed", B_w=B_w, N=N, D_sum=D_sum, alpha_D=a, n=n, rho=rho, vartheta_w=ctx.exact(ch.vartheta_w))
-          if rd.trained else f("dd_closed_fixed", D_sum=D_sum, alpha_D=a, n=n))
+    DD = dd_closed(f, rd.trained, ctx.sum(piece), B_w=B_w, N=N, n=n, rho=rho, alpha_D=a,
+                   vartheta_w=ctx.exact(ch.vartheta_w) if rd.trained else None)
 
     # the post hoc union over the grid, confidence and bound
     lam = ctx.select(is0, f("lambda_matrix_rank", where=is0, k_c=rad.k_c, m_grid=m, r_max=r),
                      f("lambda_matrix", where=~is0, k_c=rad.k_c, k_s=rad.k_s, m_grid=m))
     k_rho = ctx.exact(plan.k_rho)
-    Lambda = (f("Lambda_total", Lambda_sum=ctx.sum(lam), k_rho=k_rho, k_w=ctx.exact(rd.k_w)) if rd.trained
-              else f("Lambda_total_fixed", Lambda_sum=ctx.sum(lam), k_rho=k_rho))
+    Lambda = lambda_total(f, rd.trained, ctx.sum(lam), k_rho=k_rho, k_w=ctx.exact(rd.k_w) if rd.trained else None)
     delta = ctx.exact(decimal_fraction(st.delta))
     confidence = f("confidence", Lambda=Lambda, delta=delta, n=n)
     complexity = f("complexity", DD=DD, SS=SS)
     empirical = facts.empirical(ctx, rho)
     bound = f("bound", DD=DD, Lambda=Lambda, SS=SS, delta=delta, n=n,
               hat_E=ctx.zero if empirical is None else empirical)
-    return MainTerms(ch, term, ent, piece, lam, ss_closed, ss_exact, SS, DD, Lambda, confidence, complexity,
+    return MainTerms(ch, term, ent, piece, lam, closed, ss_exact, SS, DD, Lambda, confidence, complexity,
                      empirical, bound, complexity + confidence)
 
 
@@ -390,5 +411,5 @@ def decimal_fraction(x: float) -> Fraction:
 
 
 __all__ = ["DUDLEY_OVERSHOOT", "Choices", "Evaluation", "Facts", "MainTerms", "Network", "Radii", "Readout",
-           "Route", "Structure", "check_grid", "choices", "decimal_fraction", "evaluate", "network",
-           "network_sensitivities", "rademacher", "structure_of"]
+           "Route", "Structure", "check_grid", "choices", "dd_closed", "decimal_fraction", "evaluate",
+           "lambda_total", "network", "network_sensitivities", "rademacher", "ss_closed", "structure_of"]

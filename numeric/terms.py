@@ -1,8 +1,11 @@
 """Building blocks of the float bound (proofs_notes/theory.md section 7), shared by the evaluation and the planner.
 
-The compiled theorem (:class:`CompiledTheorem`), the network facts fed to it (:class:`NetworkFacts`:
-singular values, structural rank caps, layer indices), grid rounding onto ``beta^k``, Schatten
-tables, the sensitivities (Lipschitz products, alpha, kappa) and the combiners of Lambda, SS and DD.
+The numpy compiled theorem (:func:`compiled_theorem`: the one
+:class:`specbound.certified.compiled.CompiledTheorem` over numeric/generated.py), the network facts
+fed to it (:class:`NetworkFacts`: singular values, structural rank caps, the layout's index
+arrays), grid rounding onto ``beta^k``, Schatten tables, the sensitivities (the driver's
+:func:`specbound.certified.evaluation.network_sensitivities` in the numpy context, for any number of
+margins at once) and the combiners of Lambda, SS and DD that the planner evaluates on whole grids.
 Every formula is a field of the assembled theorem; this module only feeds and combines their values.
 It imports neither the evaluation (:mod:`numeric.evaluation`) nor the planner (:mod:`numeric.planner`):
 both build on it.
@@ -26,10 +29,12 @@ import numpy as np
 
 from specbound.certified.compiled import CompiledTheorem
 from specbound.certified.compiled import compiled_theorem as _compiled
+from specbound.certified import evaluation as combiners
 from specbound.certified.evaluation import Structure, network_sensitivities, structure_of
 from specbound.errors import SpecboundError
 from specbound.matrices import AnalysisWeights, NamedMatrix
 from specbound.plan import BoundSettings
+from specbound.vocabulary import READOUT_FIXED, READOUT_TRAINED
 
 from . import generated
 from .context import NumpyContext
@@ -296,11 +301,11 @@ def readout_radius(facts: NetworkFacts, settings: BoundSettings) -> tuple[str, f
     """("trained"|"fixed", B_w, k_w).  Trained: B~_w = beta_w^ceil(log ||w||); fixed: B_w = ||w||
     (a checkpoint without read-out: a fixed unit vector, B_w = 1)."""
     if facts.readout_norm is None:
-        return "fixed", 1.0, 0
-    if settings.readout == "fixed":
-        return "fixed", facts.readout_norm, 0
+        return READOUT_FIXED, 1.0, 0
+    if settings.readout == READOUT_FIXED:
+        return READOUT_FIXED, facts.readout_norm, 0
     k_w = int(grid_up(np.array([facts.readout_norm]), settings.beta_w)[0])
-    return "trained", power(settings.beta_w, k_w), k_w
+    return READOUT_TRAINED, power(settings.beta_w, k_w), k_w
 
 
 def sensitivities(
@@ -370,24 +375,18 @@ def grid_terms(
 
 
 def lambda_total(ct: CompiledTheorem, lam_sum, k_rho, sens: Sensitivities) -> np.ndarray:
-    """Lambda(theta) from the per-matrix sum; a fixed read-out is not on the grid, so the
-    theorem's form without the lambda(k_w) summand is used (proofs_notes/theory.md section 7, fixed w)."""
-    if sens.readout == "fixed":
-        return ct("Lambda_total_fixed", Lambda_sum=lam_sum, k_rho=k_rho)
-    return ct("Lambda_total", Lambda_sum=lam_sum, k_rho=k_rho, k_w=float(sens.k_w))
+    """Lambda(theta) from the per-matrix sum (:func:`specbound.certified.evaluation.lambda_total`)."""
+    trained = sens.readout == READOUT_TRAINED
+    return combiners.lambda_total(ct, trained, lam_sum, k_rho=k_rho, k_w=float(sens.k_w) if trained else None)
 
 
 def ss_closed(ct: CompiledTheorem, sens: Sensitivities, T_sum, N: float, n: float, rho) -> np.ndarray:
-    """SS closed form from the sum of the matrix terms (without the read-out's term when fixed)."""
-    if sens.readout == "fixed":
-        return ct("ss_closed_fixed", T_sum=T_sum, n=n)
-    return ct("ss_closed", B_w=sens.B_w, N=N, T_sum=T_sum, n=n, rho=rho)
+    """SS closed form from the sum of the matrix terms (:func:`specbound.certified.evaluation.ss_closed`)."""
+    return combiners.ss_closed(ct, sens.readout == READOUT_TRAINED, T_sum, B_w=sens.B_w, N=N, n=n, rho=rho)
 
 
 def dd_closed(ct: CompiledTheorem, sens: Sensitivities, D_sum, N: float, n: float, rho, alpha_D,
               vartheta_w) -> np.ndarray:
-    """Dudley closed form from the sum of the matrix pieces (without the read-out's when fixed)."""
-    if sens.readout == "fixed":
-        return ct("dd_closed_fixed", D_sum=D_sum, alpha_D=alpha_D, n=n)
-    return ct("dd_closed", B_w=sens.B_w, N=N, D_sum=D_sum, alpha_D=alpha_D, n=n, rho=rho,
-              vartheta_w=vartheta_w)
+    """Dudley closed form from the sum of the matrix pieces (:func:`specbound.certified.evaluation.dd_closed`)."""
+    return combiners.dd_closed(ct, sens.readout == READOUT_TRAINED, D_sum, B_w=sens.B_w, N=N, n=n, rho=rho,
+                               alpha_D=alpha_D, vartheta_w=vartheta_w)
