@@ -124,7 +124,8 @@ def certified_upper(certified, numeric: NumericBound | None = None) -> float:
     on the Dudley variant only, never on an overridden lemma constant (so the generated table holds it)."""
     variants = numeric.variants if numeric is not None and numeric.variants else {}
     settings = replace(certified.settings, overrides=())
-    return float(compiled_theorem(settings, variants.get("activation", "gelu"), variants.get("model", "plain")).dd_upper)
+    ct = compiled_theorem(settings, variants.get("activation", "gelu"), variants.get("model", "plain"))
+    return float(ct.dd_upper)
 
 
 #: per-matrix quantities after the radii, in the order checked: (name, numeric record attribute,
