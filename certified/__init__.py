@@ -3,6 +3,8 @@
 Public names are re-exported lazily (importing ``specbound.certified.arb`` must not pay for SymPy):
 
 * :func:`certify_bound`, :class:`CertifiedBound`, :class:`CertifiedMatrixTerm` (``certified.bound``);
+* :func:`evaluate`, the one driver of the bound (``certified.evaluation``), :class:`ArbContext`
+  (``certified.context``), :class:`CompiledTheorem` (``certified.compiled``);
 * :func:`index_up`, :func:`index_down`, :func:`round_matrix`, :func:`dominates` (``certified.radii``);
 * :func:`to_json`, :class:`VerificationReport` (``certified.certificate``; verifying a certificate
   against its inputs is the application's :mod:`specbound.verification`);
@@ -15,6 +17,7 @@ import importlib
 
 _EXPORTS = {
     "certify_bound": "bound", "CertifiedBound": "bound", "CertifiedMatrixTerm": "bound",
+    "evaluate": "evaluation", "ArbContext": "context", "CompiledTheorem": "compiled",
     "index_up": "radii", "index_down": "radii", "round_matrix": "radii", "dominates": "radii",
     "MatrixRounding": "radii",
     "to_json": "certificate", "VerificationReport": "certificate",

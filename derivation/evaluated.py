@@ -1,13 +1,13 @@
-"""Which theorem expressions the evaluation layers evaluate, with their argument order.
+"""The one list of theorem fields the evaluation layers evaluate, called by name.
 
-One list, read twice: at run time by the SymPy fallback of :mod:`specbound.certified.bound` (and
-the torch layer), and by scripts/generate_derived.py, which prints every listed expression of
-every theorem variant to Python source over Arb (``certified/generated.py``) and numpy
-(``numeric/generated.py``).  The generated modules let ``specbound certify`` run without importing
-SymPy; tests/derivation/test_generated.py keeps them equal to a fresh generation.
+Read twice: by scripts/generate_derived.py, which prints every field of every theorem variant to
+Python source over Arb (``certified/generated.py``) and numpy (``numeric/generated.py``), and at run
+time by the SymPy fallback of :class:`specbound.certified.compiled.CompiledTheorem` (a lemma constant
+overridden, or the register patched).  The generated modules let ``specbound certify`` run without
+importing SymPy; tests/derivation/test_generated.py keeps them equal to a fresh generation.
 
-Arguments: a tuple of symbols is a positional order; ``None`` means "called by name": the sorted
-free symbols, fed from a mapping symbol name -> value.
+Every field is called by *name*: its arguments are the sorted free symbols of its expression, fed
+from a mapping symbol name -> value, so there is one name list and no positional order to keep.
 """
 
 from __future__ import annotations
@@ -21,10 +21,13 @@ from . import symbols as S
 from .assembly import GROUP_SUMMAND, layout
 from .theorem import REGISTRY, VARIANTS, Theorem, assemble, readout_free_forms
 
-_PER = (S.c, S.d, S.kappa, S.n, S.p, S.r_max, S.s)
-_ENT = (S.c, S.d, S.kappa, S.p, S.r_max, S.s, S.u)
-_DD = (S.alpha_D, S.c, S.d, S.kappa, S.p, S.r_max, S.s, S.vartheta)
-_GLOB = (S.B_w, S.N, S.n, S.rho)
+THEOREM_FIELDS = (
+    "head_summand", "layer_lipschitz", "alpha_step", "kappa", "ss_matrix_term", "ss_matrix_term_rank",
+    "ss_closed", "ss_matrix_entropy", "ss_matrix_entropy_rank", "ss_readout_entropy", "ss_objective",
+    "dd_matrix_piece", "dd_matrix_piece_p2", "dd_matrix_piece_rank", "dd_readout_piece", "dd_closed",
+    "lambda_matrix", "lambda_matrix_rank", "Lambda_total", "confidence", "bound",
+)
+"""Fields that are attributes of the assembled :class:`Theorem`, under their own names."""
 
 
 def complexity_of(T: Theorem) -> sp.Expr:
@@ -35,65 +38,41 @@ def complexity_of(T: Theorem) -> sp.Expr:
     return out
 
 
-def certified_expressions(T: Theorem, fixed: bool) -> dict[str, tuple[sp.Expr, tuple | None]]:
-    """name -> (expression, arguments) of every expression :func:`certify_bound` evaluates in Arb.
+def fields(T: Theorem) -> dict[str, sp.Expr]:
+    """name -> expression of every field an evaluation layer calls (the one list).
 
-    ``fixed``: the read-out is fixed (proofs_notes/theory.md section 7): the combiners without the
-    read-out's summand (:func:`readout_free_forms`)."""
-    free = readout_free_forms(T) if fixed else {}
-    out = {
-        "head": (T.head_summand, None),
-        "layer": (T.layer_lipschitz, None),
-        "step": (T.alpha_step, (S.layer_L, S.alpha)),
-        "kappa": (T.kappa, (S.B_w, S.alpha, S.gamma, S.rho)),
-        "ss_term": (T.ss_matrix_term, _PER),
-        "ss_term_rank": (T.ss_matrix_term_rank, _PER),
-        "ss_closed": (free.get("ss_closed", T.ss_closed), _GLOB + (S.T_sum,)),
-        "ss_entropy": (T.ss_matrix_entropy, _ENT),
-        "ss_entropy_rank": (T.ss_matrix_entropy_rank, _ENT),
-        "ss_entropy_w": (T.ss_readout_entropy, (S.B_w, S.N, S.rho, S.u_w)),
-        "ss_objective": (T.ss_objective, (S.H_total, S.U_total, S.n)),
-        "dd_piece": (T.dd_matrix_piece, _DD),
-        "dd_piece_p2": (T.dd_matrix_piece_p2, _DD),
-        "dd_piece_rank": (T.dd_matrix_piece_rank, _DD),
-        "dd_closed": (free.get("dd_closed", T.dd_closed), _GLOB + (S.alpha_D, S.D_sum, S.vartheta_w)),
-        "lam_matrix": (T.lambda_matrix, (S.k_c, S.k_s, S.m_grid, S.r_max)),
-        "lam_matrix_rank": (T.lambda_matrix_rank, (S.k_c, S.k_s, S.m_grid, S.r_max)),
-        "Lambda_total": (free.get("Lambda_total", T.Lambda_total), (S.Lambda_sum, S.k_rho, S.k_w)),
-        "confidence": (T.confidence, (S.Lambda, S.delta, S.n)),
-        "complexity": (complexity_of(T), (S.DD, S.SS)),
-        "bound": (T.bound, (S.DD, S.Lambda, S.SS, S.delta, S.emp, S.n)),
-    }
-    for key, expr in T.gamma.items():
-        out[f"gamma_{key}"] = (expr, None)
-    return out
-
-
-def numeric_expressions(T: Theorem) -> dict[str, sp.Expr]:
-    """name -> expression of every field the float layer evaluates (called by name: sorted free
-    symbols), including the composed ones (balance point ``u_star``, ramp loss, the fixed read-out's
-    combiners) and the two derivatives the planner linearises with."""
+    Besides :data:`THEOREM_FIELDS`: each sensitivity ``gamma_<key>``; the key/value group summand
+    (``group_summand``, :data:`specbound.derivation.assembly.GROUP_SUMMAND`); ``complexity``
+    (``2 Min(SS, DD)``); the fixed read-out's combiners ``ss_closed_fixed``, ``dd_closed_fixed``,
+    ``Lambda_total_fixed`` (proofs_notes/theory.md section 7, fixed w: :func:`readout_free_forms`);
+    and what only the float planner uses to *choose*: the balance point ``u_star``, the ramp loss
+    ``ramp`` and the two derivatives it linearises with (``confidence_dLambda``,
+    ``ss_objective_dH_total``).
+    """
     bal = REGISTRY["balance_single_scale"].constants
     (b_sym,) = bal["u_star"].free_symbols - {S.p}
     massart = REGISTRY["massart_single_scale"].constants
     coeff = massart["coefficient" if T.variants["massart"] == "centred" else "coefficient_uncentred"]
     free = readout_free_forms(T)
-    out = {name: getattr(T, name) for name in (
-        "head_summand", "layer_lipschitz", "alpha_step", "kappa", "ss_matrix_term", "ss_matrix_term_rank",
-        "ss_closed", "ss_matrix_entropy", "ss_matrix_entropy_rank", "ss_readout_entropy", "ss_objective",
-        "dd_matrix_piece", "dd_matrix_piece_p2", "dd_matrix_piece_rank", "dd_readout_piece", "dd_closed",
-        "lambda_matrix", "lambda_matrix_rank", "Lambda_total", "confidence", "bound")}
+    out = {name: getattr(T, name) for name in THEOREM_FIELDS}
     out |= {f"gamma_{key}": expr for key, expr in T.gamma.items()}
     out |= {
-        "u_star": bal["u_star"].xreplace({b_sym: coeff * T.a_matrix}),
-        "ramp": REGISTRY["ramp_loss_cover"].constants["ramp"],
+        "group_summand": GROUP_SUMMAND,
+        "complexity": complexity_of(T),
         "ss_closed_fixed": free["ss_closed"],
         "dd_closed_fixed": free["dd_closed"],
         "Lambda_total_fixed": free["Lambda_total"],
+        "u_star": bal["u_star"].xreplace({b_sym: coeff * T.a_matrix}),
+        "ramp": REGISTRY["ramp_loss_cover"].constants["ramp"],
         "confidence_dLambda": sp.diff(T.confidence, S.Lambda),
         "ss_objective_dH_total": sp.diff(T.ss_objective, S.H_total),
     }
     return out
+
+
+def arguments(expr: sp.Expr) -> tuple[sp.Symbol, ...]:
+    """The arguments of a field: its free symbols sorted by name (it is called by name)."""
+    return tuple(sorted(expr.free_symbols, key=str))
 
 
 def variant_keys() -> list[tuple[str, str, str, str]]:
@@ -128,6 +107,5 @@ def layouts() -> Mapping[str, dict]:
     return out
 
 
-#: names of the placeholder symbols the certified layer feeds by name
+#: names of the placeholder symbols an evaluation feeds: the sum over heads and the group sum
 NAMES = {"head_sum": str(S.head_sum), "group_sum": str(S.group_sum)}
-GROUP = (GROUP_SUMMAND, None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "evaluate": "bound", "NumericBound": "evaluation", "NumericMatrixTerm": "evaluation",
+    "evaluate": "bound", "NumericBound": "evaluation", "NumericMatrixTerm": "evaluation", "NumpyContext": "context",
     "FLOAT32_DERIVED_REL_TOL": "evaluation", "FLOAT64_REL_TOL": "evaluation", "evaluate_plan": "evaluation",
     "singular_values": "terms", "FLOAT32_SVD_REL_TOL": "spectra",
     "choose_plan": "planner",

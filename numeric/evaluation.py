@@ -1,10 +1,12 @@
 """The whole bound of proofs_notes/theory.md section 7 in floating point: the fast, uncertified evaluation.
 
-Every formula is a field of the assembled theorem (:func:`specbound.derivation.theorem.assemble`),
-evaluated through numeric/generated.py (numpy source printed from the SymPy expressions) or, with an
-overridden constant, compiled from SymPy (:func:`numeric.terms.compiled_theorem`); this module only
-*feeds* those expressions (spectral radii, layer products, per-matrix Schatten radii) and *combines*
-their values (sums over matrices, minima).  Nothing here retypes a formula.
+The evaluation is the one driver :func:`specbound.certified.evaluation.evaluate` (the same code
+that computes the certified bound) run in the numpy context (:class:`numeric.context.NumpyContext`),
+with every formula a field of the assembled theorem evaluated through numeric/generated.py (numpy
+source printed from the SymPy expressions) or, with an overridden constant, compiled from SymPy
+(:func:`numeric.terms.compiled_theorem`).  This module only *feeds* it float facts
+(:class:`FloatFacts`: radii rounded from float spectra) and packs the values.  Nothing here retypes
+a formula, and the edge policy is the driver's.
 
 Contract.  :func:`evaluate_plan` returns float values of the bound for a given plan (the planner, which builds
 on this module, chooses one) -- plain floating point, no error bounds.  docs/design.md section 2: every float64 value must lie in
@@ -25,20 +27,23 @@ is a few hundred numbers, evaluated in float64 numpy wherever the spectra ran.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Mapping
 
 import numpy as np
 
+from specbound.certified.evaluation import Radii, Readout, evaluate
 from specbound.errors import SpecboundError
 from specbound.matrices import AnalysisWeights
 from specbound.plan import BoundPlan, BoundSettings
+from specbound.vocabulary import READOUT_TRAINED
 
+from .context import NumpyContext
+from .grid import grid_size
 from .terms import (
-    CompiledTheorem, NetworkFacts, as_margins, compiled_theorem, dd_closed, dtype_name, grid_up, lambda_total,
-    network_facts, power, schatten_at, sensitivities, singular_values, ss_closed,
+    CompiledTheorem, NetworkFacts, as_margins, compiled_theorem, dtype_name, grid_up, network_facts, power,
+    readout_radius, schatten_at, singular_values,
 )
 
 __all__ = ["FLOAT32_DERIVED_REL_TOL", "FLOAT64_REL_TOL", "NumericBound", "NumericMatrixTerm",
@@ -162,18 +167,51 @@ of at most a few hundred rounded operations); singular values carry the SVD's ba
 (about 1e-15 sigma_1 times a small dimension factor)."""
 
 
-def _check_plan(plan: BoundPlan, facts: NetworkFacts, upper: float) -> None:
-    J = len(facts.matrices)
-    if len(plan.p_index) != J or len(plan.u) != J or len(plan.vartheta) != J:
-        raise SpecboundError(f"plan has {len(plan.p_index)} matrices, the weights have {J}")
-    if any(not (0 <= i <= 2 * plan.m) for i in plan.p_index):
-        raise SpecboundError(f"plan p_index outside 0..{2 * plan.m}")
-    if not (0.0 < plan.alpha_D <= upper) or any(not (u > 0) for u in plan.u) or not (plan.u_w > 0):
-        raise SpecboundError(f"plan needs u_j, u_w > 0 and alpha_D in (0, {upper}]")
-    if any(not (t > 0) for t in plan.vartheta) or plan.vartheta_w < 0:
-        raise SpecboundError("plan needs Dudley weights vartheta_j > 0, vartheta_w >= 0")
-    if math.fsum(plan.vartheta) + plan.vartheta_w > 1.0:
-        raise SpecboundError("plan's Dudley weights sum to more than 1")
+@dataclass(frozen=True, eq=False)
+class FloatFacts:
+    """The float facts of a network (:class:`specbound.certified.evaluation.Facts`): radii rounded
+    from float spectra (``grid_up``), the structural rank at p = 0, the read-out norm and the
+    empirical ramp loss (``settings.empirical``, else the mean ramp loss of ``margins``)."""
+
+    facts: NetworkFacts
+    settings: BoundSettings
+    margins: np.ndarray | None = None
+
+    @property
+    def structure(self):
+        return self.facts.structure
+
+    @property
+    def m(self) -> int:
+        st = self.settings
+        return int(st.grid_m) if st.grid_m is not None else grid_size(self.facts.num_layers, self.facts.width)
+
+    def readout(self, ctx) -> Readout:
+        kind, B_w, k_w = readout_radius(self.facts, self.settings)
+        norm = 1.0 if self.facts.readout_norm is None else self.facts.readout_norm
+        return Readout(kind, norm, k_w if kind == READOUT_TRAINED else None, B_w)
+
+    def radii(self, ctx, plan: BoundPlan) -> Radii:
+        """Float radii at the plan's p; a plan asking p > 0 for a zero matrix is refused."""
+        f, st = self.facts, self.settings
+        p_idx = np.array(plan.p_index, dtype=np.int64)
+        is0 = p_idx == 0
+        zero_m = (f.proven_rank == 0) | (f.spectral == 0)
+        if bool((zero_m & ~is0).any()):
+            bad = [f.matrices[j].name for j in np.flatnonzero(zero_m & ~is0).tolist()]
+            raise SpecboundError(f"plan chooses p > 0 for zero matrix {bad[0]}; a zero matrix needs p = 0")
+        S = schatten_at(f.values, np.where(is0, 1.0, p_idx.astype(np.float64) / plan.m))
+        k_s = grid_up(S, st.beta_s)
+        beta_c = st.base_c(f.num_layers, f.variant)
+        k_c = grid_up(f.spectral, beta_c)
+        return Radii(p=tuple(plan.p(j) for j in range(len(p_idx))), k_c=k_c, c=power(beta_c, k_c), k_s=k_s,
+                     s=np.where(is0, f.proven_rank, power(st.beta_s, k_s)), rank=f.proven_rank.astype(np.int64),
+                     detail=S)
+
+    def empirical(self, ctx, rho) -> float | None:
+        if self.settings.empirical is not None or self.margins is None:
+            return self.settings.empirical
+        return float(ctx.field("ramp", a=as_margins(self.margins), rho=rho).mean())
 
 
 def evaluate_plan(
@@ -203,74 +241,16 @@ def evaluate_plan(
 def evaluate_facts(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, plan: BoundPlan, *,
                    margins=None, dtype="float64") -> NumericBound:
     """:func:`evaluate_plan` on already computed network facts (the planner compares plans with it)."""
-    _check_plan(plan, facts, ct.dd_upper)
-    n, N = float(settings.n), float(facts.width)
-    rho = power(settings.beta_rho, plan.k_rho)
-    sens = sensitivities(ct, facts, settings, np.float64(rho))
-    kappa = sens.kappa
-    p_idx = np.array(plan.p_index, dtype=np.int64)
-    p = p_idx.astype(np.float64) / plan.m
-    is0 = p == 0
-    zero_m = (facts.proven_rank == 0) | (facts.spectral == 0)
-    if bool((zero_m & ~is0).any()):
-        bad = [facts.matrices[j].name for j in np.flatnonzero(zero_m & ~is0).tolist()]
-        raise SpecboundError(f"plan chooses p > 0 for zero matrix {bad[0]}; a zero matrix needs p = 0")
-    p_pos = np.where(is0, 1.0, p)
-    S = schatten_at(facts.values, p_pos)
-    k_s = grid_up(S, settings.beta_s)
-    s_pos = power(settings.beta_s, k_s)
-    s = np.where(is0, facts.proven_rank, s_pos)
-    c, d, r = sens.c, facts.dims, facts.rank_cap
-    u = np.array(plan.u, dtype=np.float64)
-    theta = np.array(plan.vartheta, dtype=np.float64)
-
-    with np.errstate(all="ignore"):  # a formula that does not apply to a matrix is masked out below
-        # single scale: closed form and exact objective at the plan's u
-        term = np.where(is0, ct("ss_matrix_term_rank", c=c, d=d, kappa=kappa, n=n, r_max=r, s=s),
-                        ct("ss_matrix_term", c=c, d=d, kappa=kappa, n=n, p=p_pos, s=s))
-        closed = ss_closed(ct, sens, term.sum(), N, n, rho)
-        ent = np.where(is0, ct("ss_matrix_entropy_rank", c=c, d=d, kappa=kappa, r_max=r, s=s, u=u),
-                       ct("ss_matrix_entropy", c=c, d=d, kappa=kappa, p=p_pos, r_max=r, s=s, u=u))
-        ent = np.where(s == 0, 0.0, ent)  # rank 0: entropy 0, never 0 * log(inf)
-        # a rank-0 matrix needs no cover, so its u_j -> 0 is admissible: it adds nothing to U
-        u_total = np.where(s == 0, 0.0, u).sum()
-        if sens.readout == "trained":
-            h_w = ct("ss_readout_entropy", B_w=sens.B_w, N=N, rho=rho, u_w=plan.u_w)
-            u_total = u_total + plan.u_w
-        else:
-            h_w = np.float64(0.0)
-        ss_obj = ct("ss_objective", H_total=ent.sum() + h_w, U_total=u_total, n=n)
-        ss = np.minimum(closed, ss_obj)
-
-        # Dudley closed form at the plan's alpha_D and weights
-        a = plan.alpha_D
-        p_mid = np.where((p > 0) & (p < 2), p, 1.0)
-        piece = np.where(
-            is0, ct("dd_matrix_piece_rank", alpha_D=a, c=c, d=d, kappa=kappa, r_max=r, s=s, vartheta=theta),
-            np.where(p == 2, ct("dd_matrix_piece_p2", alpha_D=a, c=c, d=d, kappa=kappa, s=s, vartheta=theta),
-                     ct("dd_matrix_piece", alpha_D=a, c=c, d=d, kappa=kappa, p=p_mid, s=s, vartheta=theta)))
-        # an empty integration range gives exactly 0 (the float formula would leave a cancellation residue)
-        piece = np.where((s == 0) | (a >= ct.dd_upper), 0.0, piece)
-        dd = dd_closed(ct, sens, piece.sum(), N, n, rho, a, plan.vartheta_w)
-
-    # post hoc union, confidence, bound
-    mg = float(plan.m)
-    lam = np.where(is0, ct("lambda_matrix_rank", k_c=sens.k_c, m_grid=mg, r_max=r),
-                   ct("lambda_matrix", k_c=sens.k_c, k_s=k_s, m_grid=mg))
-    Lam = lambda_total(ct, lam.sum(), float(plan.k_rho), sens)
-    conf = ct("confidence", Lambda=Lam, delta=settings.delta, n=n)
-    empirical = settings.empirical
-    if empirical is None and margins is not None:
-        marg = as_margins(margins)
-        empirical = float(ct("ramp", a=marg, rho=rho).mean())
-    bound = ct("bound", DD=dd, Lambda=Lam, SS=ss, delta=settings.delta,
-               hat_E=0.0 if empirical is None else empirical, n=n)
-
+    ev = evaluate(NumpyContext(ct), FloatFacts(facts, settings, margins), plan)
+    net, t = ev.network, ev.terms
+    rad, ch, rd = net.radii, t.choices, net.readout
     name = dtype_name(dtype)
     tol = FLOAT64_REL_TOL if name == "float64" else FLOAT32_DERIVED_REL_TOL
-    vals = {key: np.broadcast_to(np.asarray(t, dtype=np.float64), (len(facts.matrices),)).tolist()
-            for key, t in dict(spectral=facts.spectral, S=S, k_c=sens.k_c, c=c, k_s=k_s, s=s, gamma=sens.gamma,
-                               kappa=kappa, term=term, ent=ent, piece=piece, lam=lam).items()}
+    J = len(facts.matrices)
+    vals = {key: np.broadcast_to(np.asarray(v, dtype=np.float64), (J,)).tolist()
+            for key, v in dict(spectral=facts.spectral, S=rad.detail, k_c=rad.k_c, c=rad.c, k_s=rad.k_s, s=rad.s,
+                               gamma=net.gamma, kappa=net.kappa, term=t.term, ent=t.entropy, piece=t.piece,
+                               lam=t.lam).items()}
     records = []
     for j, mat in enumerate(facts.matrices):
         zero_p = plan.p_index[j] == 0
@@ -281,13 +261,13 @@ def evaluate_facts(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSett
             schatten=vals["s"][j] if zero_p else vals["S"][j],
             rank_used=int(vals["s"][j]) if zero_p else None, k_c=int(vals["k_c"][j]), c=vals["c"][j],
             k_s=None if zero_p else int(vals["k_s"][j]), s=vals["s"][j], gamma=vals["gamma"][j],
-            kappa=vals["kappa"][j], u=plan.u[j], vartheta=plan.vartheta[j], ss_term=vals["term"][j],
+            kappa=vals["kappa"][j], u=float(ch.u[j]), vartheta=float(ch.vartheta[j]), ss_term=vals["term"][j],
             ss_entropy=vals["ent"][j], dd_piece=vals["piece"][j], lam=vals["lam"][j]))
     return NumericBound(
         plan=plan, settings=settings, matrices=tuple(records), singular_values=np.array(facts.values),
-        lipschitz=np.array(sens.lipschitz), alpha=np.array(sens.alpha), readout=sens.readout, B_w=sens.B_w,
-        k_w=sens.k_w, rho=rho, k_rho=plan.k_rho, empirical=empirical, ss_closed=float(closed),
-        ss_objective=float(ss_obj), ss=float(ss), dd=float(dd), complexity=float(np.minimum(ss, dd)),
-        Lambda=float(Lam), confidence=float(conf), bound=float(bound) * (1.0 + tol), dtype=name,
-        device=facts.device, tolerance=tol,
+        lipschitz=np.array(net.lipschitz), alpha=np.array(net.alpha), readout=rd.kind, B_w=rd.B_w,
+        k_w=0 if rd.k_w is None else rd.k_w, rho=net.rho, k_rho=plan.k_rho, empirical=t.empirical,
+        ss_closed=float(t.ss_closed), ss_objective=float(t.ss_exact), ss=float(t.SS), dd=float(t.DD),
+        complexity=float(t.complexity) / 2.0, Lambda=float(t.Lambda), confidence=float(t.confidence),
+        bound=float(t.bound) * (1.0 + tol), dtype=name, device=facts.device, tolerance=tol,
         variants=dict(ct.variants))

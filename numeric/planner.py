@@ -84,7 +84,7 @@ def _dudley_choice(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSett
     n = float(settings.n)
     J = p.shape[0]
     trained = sens.readout == "trained"
-    upper = ct.dd_upper
+    upper = float(ct.dd_upper)
     alphas = np.logspace(math.log10(upper / (64.0 * n)), math.log10(upper), ALPHA_POINTS)
 
     def pieces(alpha, theta, theta_w):

@@ -1,8 +1,11 @@
 """Building blocks of the float bound (proofs_notes/theory.md section 7), shared by the evaluation and the planner.
 
-The compiled theorem (:class:`CompiledTheorem`), the network facts fed to it (:class:`NetworkFacts`:
-singular values, structural rank caps, layer indices), grid rounding onto ``beta^k``, Schatten
-tables, the sensitivities (Lipschitz products, alpha, kappa) and the combiners of Lambda, SS and DD.
+The numpy compiled theorem (:func:`compiled_theorem`: the one
+:class:`specbound.certified.compiled.CompiledTheorem` over numeric/generated.py), the network facts
+fed to it (:class:`NetworkFacts`: singular values, structural rank caps, the layout's index
+arrays), grid rounding onto ``beta^k``, Schatten tables, the sensitivities (the driver's
+:func:`specbound.certified.evaluation.network_sensitivities` in the numpy context, for any number of
+margins at once) and the combiners of Lambda, SS and DD that the planner evaluates on whole grids.
 Every formula is a field of the assembled theorem; this module only feeds and combines their values.
 It imports neither the evaluation (:mod:`numeric.evaluation`) nor the planner (:mod:`numeric.planner`):
 both build on it.
@@ -20,16 +23,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
+from specbound.certified.compiled import CompiledTheorem
+from specbound.certified.compiled import compiled_theorem as _compiled
+from specbound.certified import evaluation as combiners
+from specbound.certified.evaluation import Structure, network_sensitivities, structure_of
 from specbound.errors import SpecboundError
 from specbound.matrices import AnalysisWeights, NamedMatrix
-from specbound.plan import BoundSettings, generated_theorem_applies
-from specbound.vocabulary import kv_group
+from specbound.plan import BoundSettings
+from specbound.vocabulary import READOUT_FIXED, READOUT_TRAINED
 
 from . import generated
+from .context import NumpyContext
 from .spectra import Spectra
 
 
@@ -46,81 +54,11 @@ def as_margins(margins) -> np.ndarray | None:
 
 # -- the theorem, compiled ------------------------------------------------------------------------
 
-VARIANT_NAMES = ("massart", "dudley", "activation", "model")
-"""The fields of a theorem variant key, in the order of numeric/generated.THEOREMS."""
-
-
-class CompiledTheorem:
-    """numpy callables of the theorem's fields, called by argument *name*.
-
-    ``ct("kappa", B_w=..., alpha=..., gamma=..., rho=...)`` evaluates the field ``kappa``; arrays
-    broadcast, arguments the field does not use are ignored.  ``dd_upper`` is the upper end of the
-    Dudley integral, ``variants`` the theorem variant, ``layout`` the variant's matrix layout (symbol
-    names), ``origin`` "generated" or "sympy" (see :func:`compiled_theorem`).
-    """
-
-    def __init__(self, fns: Mapping[str, Callable], args: Mapping[str, tuple[str, ...]], dd_upper: float,
-                 variants: Mapping[str, str], layout: Mapping, origin: str):
-        self.fns, self.args = dict(fns), dict(args)
-        self.dd_upper, self.variants, self.layout, self.origin = dd_upper, dict(variants), layout, origin
-
-    def __call__(self, name: str, **values) -> np.ndarray:
-        try:
-            fn, names = self.fns[name], self.args[name]
-        except KeyError:
-            raise KeyError(f"the theorem has no field {name!r}") from None
-        try:
-            ordered = [values[a] for a in names]
-        except KeyError as exc:
-            raise TypeError(f"{name} needs {list(names)}, missing {exc}") from None
-        return np.asarray(fn(*ordered), dtype=np.float64)
-
-
-_COMPILED: dict[tuple, CompiledTheorem] = {}
-
-
-def _generated(key: tuple) -> CompiledTheorem | None:
-    row = generated.THEOREMS.get(key)
-    if row is None:
-        return None
-    fns = {name: generated.FUNCTIONS[i] for name, i in row.items()}
-    args = {name: generated.ARGS[i] for name, i in row.items()}
-    fns["group_summand"] = generated.FUNCTIONS[generated.GROUP_SUMMAND]
-    args["group_summand"] = generated.ARGS[generated.GROUP_SUMMAND]
-    dd_upper = float(Fraction(generated.CONSTANTS[key]["dd_upper"]))
-    return CompiledTheorem(fns, args, dd_upper, dict(zip(VARIANT_NAMES, key)), generated.LAYOUTS[key[3]],
-                           "generated")
-
-
-def _from_sympy(settings: BoundSettings, activation: str, model: str) -> CompiledTheorem:
-    from specbound.derivation import evaluated
-    from specbound.derivation.backends import compile_expr
-    from specbound.derivation.theorem import theorem_for
-
-    T = theorem_for(settings, activation, model)
-    exprs = dict(evaluated.numeric_expressions(T))
-    exprs["group_summand"] = evaluated.GROUP[0]
-    fns, args = {}, {}
-    for name, expr in exprs.items():
-        fn = compile_expr(expr, "numpy")
-        fns[name], args[name] = fn, tuple(str(a) for a in fn.args)
-    return CompiledTheorem(fns, args, float(T.dd_upper), dict(T.variants), evaluated.layouts()[model], "sympy")
-
-
 def compiled_theorem(settings: BoundSettings, activation: str, model: str = "plain") -> CompiledTheorem:
-    """The theorem in force for ``settings``, ``activation`` and ``model``, as numpy callables: the
-    generated ones unless a lemma constant is overridden (or the register patched), then compiled
-    from the SymPy source."""
-    key = (settings.massart, settings.dudley, activation, model)
-    if not generated_theorem_applies(settings):
-        return _from_sympy(settings, activation, model)  # not cached: the register may change
-    hit = _COMPILED.get(key)
-    if hit is None:
-        hit = _generated(key)
-        if hit is None:  # an unknown variant: the derivation layer says why, in one line
-            hit = _from_sympy(settings, activation, model)
-        _COMPILED[key] = hit
-    return hit
+    """The theorem in force for ``settings``, ``activation`` and ``model`` as numpy callables
+    (:class:`specbound.certified.compiled.CompiledTheorem` over numeric/generated.py; compiled from
+    the SymPy source when a lemma constant is overridden or the register patched)."""
+    return _compiled(generated, settings, activation, model)
 
 
 # -- float facts about the network ----------------------------------------------------------------
@@ -131,11 +69,9 @@ class NetworkFacts:
 
     ``values[j, :rank_cap[j]]`` are the top singular values of matrix j (decreasing), zero beyond;
     ``proven_rank[j]`` is the rank bound used at p = 0 (``rank_cap``; 0 when a factor is exactly
-    zero); ``dims[j] = m_j + n_j``.  ``heads`` maps each head symbol name of the variant's layout
-    (:func:`specbound.derivation.assembly.layout`) to the (L, H) row indices of the matrix feeding
-    it (for the shared key matrix: the head's group), ``layers`` each layer symbol name to (L,)
-    rows; ``group`` (H,) is the key/value group of each head.  ``readout_norm`` is ``||w||`` (None:
-    no read-out in the checkpoint).  ``device`` is where the singular values were computed.
+    zero); ``dims[j] = m_j + n_j`` (floats).  ``structure``: which matrix feeds which theorem symbol
+    (:class:`specbound.certified.evaluation.Structure`).  ``readout_norm`` is ``||w||`` (None: no
+    read-out in the checkpoint).  ``device`` is where the singular values were computed.
     """
 
     matrices: tuple[NamedMatrix, ...]
@@ -143,9 +79,7 @@ class NetworkFacts:
     rank_cap: np.ndarray
     proven_rank: np.ndarray
     dims: np.ndarray
-    heads: dict
-    layers: dict
-    group: np.ndarray
+    structure: Structure
     width: int
     num_layers: int
     readout_norm: float | None
@@ -241,21 +175,6 @@ def _is_structurally_zero(mat: NamedMatrix) -> bool:
     return mat.right is not None and not np.any(mat.right)
 
 
-def _layer_index(weights: AnalysisWeights, matrices: Sequence[NamedMatrix], lay: Mapping):
-    """Row indices feeding the variant's head and layer symbols, and the head -> group map."""
-    where = {(m.layer, m.kind, m.head): j for j, m in enumerate(matrices)}
-    H, L = weights.num_heads, weights.num_layers
-    group = [kv_group(h, H, weights.num_kv_heads) for h in range(H)]
-    as_i = lambda x: np.array(x, dtype=np.int64)  # noqa: E731
-    try:
-        heads = {sym: as_i([[where[(l, kind, group[h] if kind == lay["shared"] else h)] for h in range(H)]
-                            for l in range(L)]).reshape(L, H) for sym, kind in lay["head"].items()}
-        layers = {sym: as_i([where[(l, kind, -1)] for l in range(L)]) for sym, kind in lay["layer"].items()}
-    except KeyError as exc:
-        raise SpecboundError(f"weights lack matrix (layer, type, head) = {exc.args[0]}") from None
-    return heads, layers, as_i(group)
-
-
 def network_facts(weights: AnalysisWeights, *, spectra=None, dtype="float64", device="cpu") -> NetworkFacts:
     """:class:`NetworkFacts` of ``weights``; ``spectra`` (a ``numeric.spectra.Spectra``, a (J, K)
     array or tensor of decreasing singular values) is reused when given, truncated to each rank cap;
@@ -281,10 +200,10 @@ def network_facts(weights: AnalysisWeights, *, spectra=None, dtype="float64", de
     dims = np.array([float(sum(m.shape)) for m in mats], dtype=np.float64)
     if weights.variant not in generated.LAYOUTS:
         raise SpecboundError(f"unknown model variant {weights.variant!r}; expected one of {sorted(generated.LAYOUTS)}")
-    heads, layers, group = _layer_index(weights, mats, generated.LAYOUTS[weights.variant])
+    structure = structure_of(weights, generated.LAYOUTS[weights.variant])
     w = weights.readout
     norm = None if w is None else float(np.linalg.norm(np.asarray(w, dtype=np.float64)))
-    return NetworkFacts(mats, values, rank_cap, proven, dims, heads, layers, group,
+    return NetworkFacts(mats, values, rank_cap, proven, dims, structure,
                         int(weights.width), int(weights.num_layers), norm, weights.variant, str(device))
 
 
@@ -382,53 +301,25 @@ def readout_radius(facts: NetworkFacts, settings: BoundSettings) -> tuple[str, f
     """("trained"|"fixed", B_w, k_w).  Trained: B~_w = beta_w^ceil(log ||w||); fixed: B_w = ||w||
     (a checkpoint without read-out: a fixed unit vector, B_w = 1)."""
     if facts.readout_norm is None:
-        return "fixed", 1.0, 0
-    if settings.readout == "fixed":
-        return "fixed", facts.readout_norm, 0
+        return READOUT_FIXED, 1.0, 0
+    if settings.readout == READOUT_FIXED:
+        return READOUT_FIXED, facts.readout_norm, 0
     k_w = int(grid_up(np.array([facts.readout_norm]), settings.beta_w)[0])
-    return "trained", power(settings.beta_w, k_w), k_w
+    return READOUT_TRAINED, power(settings.beta_w, k_w), k_w
 
 
 def sensitivities(
     ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, rho
 ) -> Sensitivities:
     """Radii c~, layer constants and kappa_j = B_w alpha_l(j) gamma_j / rho for every margin in
-    ``rho`` (any shape; kappa gets shape ``rho.shape + (J,)``)."""
+    ``rho`` (any shape; kappa gets shape ``rho.shape + (J,)``): the driver's
+    :func:`specbound.certified.evaluation.network_sensitivities` in the numpy context."""
     beta_c = settings.base_c(facts.num_layers, facts.variant)
     k_c = grid_up(facts.spectral, beta_c)
     c = power(beta_c, k_c)
-    lay = ct.layout
-    head_c = {sym: c[ix] for sym, ix in facts.heads.items()}  # (L, H) each
-    layer_c = {sym: c[ix] for sym, ix in facts.layers.items()}  # (L,) each
-    head = ct("head_summand", **head_c)
-    lip = np.broadcast_to(ct("layer_lipschitz", **layer_c, Sigma_h=head.sum(axis=1)), (facts.num_layers,))
-    # alpha_l = product of the later layers' constants (alpha_L = 1), by the theorem's alpha_step
-    alphas = [np.float64(1.0)]
-    for l in range(facts.num_layers - 1, 0, -1):
-        alphas.append(ct("alpha_step", alpha=alphas[-1], mathcal_L=lip[l]))
-    alpha = np.stack(alphas[::-1])
-    layer = np.array([m.layer for m in facts.matrices], dtype=np.int64)
-    head_of = np.array([max(m.head, 0) for m in facts.matrices], dtype=np.int64)
-    gamma = np.empty_like(c)
-    if lay["shared"] is not None:  # Sigma_g per (layer, group): the heads' GROUP_SUMMAND added up
-        per_head = np.broadcast_to(ct("group_summand", **head_c), (facts.num_layers, len(facts.group)))
-        n_groups = int(facts.group.max()) + 1 if facts.group.size else 0
-        sigma_g = np.zeros((facts.num_layers, n_groups), dtype=np.float64)
-        np.add.at(sigma_g, (slice(None), facts.group), per_head)
-    for kind, key in lay["gamma_key"].items():
-        rows = [j for j, m in enumerate(facts.matrices) if m.kind == kind]
-        if not rows:
-            continue
-        ix = np.array(rows, dtype=np.int64)
-        args = {name: val[layer[ix]] for name, val in layer_c.items()}
-        if kind == lay["shared"]:
-            args["Sigma_g"] = sigma_g[layer[ix], head_of[ix]]
-        elif facts.matrices[rows[0]].head >= 0:
-            args |= {name: val[layer[ix], head_of[ix]] for name, val in head_c.items()}
-        gamma[ix] = np.broadcast_to(ct("gamma_" + key, **args), ix.shape)
     readout, B_w, k_w = readout_radius(facts, settings)
     rho = np.asarray(rho, dtype=np.float64)
-    kappa = ct("kappa", B_w=B_w, alpha=alpha[layer], gamma=gamma, rho=rho[..., None])
+    lip, alpha, gamma, kappa = network_sensitivities(NumpyContext(ct), facts.structure, c, B_w, rho[..., None])
     return Sensitivities(k_c, c, np.asarray(lip, dtype=np.float64), alpha, gamma, B_w, k_w, readout, kappa)
 
 
@@ -484,24 +375,18 @@ def grid_terms(
 
 
 def lambda_total(ct: CompiledTheorem, lam_sum, k_rho, sens: Sensitivities) -> np.ndarray:
-    """Lambda(theta) from the per-matrix sum; a fixed read-out is not on the grid, so the
-    theorem's form without the lambda(k_w) summand is used (proofs_notes/theory.md section 7, fixed w)."""
-    if sens.readout == "fixed":
-        return ct("Lambda_total_fixed", Lambda_sum=lam_sum, k_rho=k_rho)
-    return ct("Lambda_total", Lambda_sum=lam_sum, k_rho=k_rho, k_w=float(sens.k_w))
+    """Lambda(theta) from the per-matrix sum (:func:`specbound.certified.evaluation.lambda_total`)."""
+    trained = sens.readout == READOUT_TRAINED
+    return combiners.lambda_total(ct, trained, lam_sum, k_rho=k_rho, k_w=float(sens.k_w) if trained else None)
 
 
 def ss_closed(ct: CompiledTheorem, sens: Sensitivities, T_sum, N: float, n: float, rho) -> np.ndarray:
-    """SS closed form from the sum of the matrix terms (without the read-out's term when fixed)."""
-    if sens.readout == "fixed":
-        return ct("ss_closed_fixed", T_sum=T_sum, n=n)
-    return ct("ss_closed", B_w=sens.B_w, N=N, T_sum=T_sum, n=n, rho=rho)
+    """SS closed form from the sum of the matrix terms (:func:`specbound.certified.evaluation.ss_closed`)."""
+    return combiners.ss_closed(ct, sens.readout == READOUT_TRAINED, T_sum, B_w=sens.B_w, N=N, n=n, rho=rho)
 
 
 def dd_closed(ct: CompiledTheorem, sens: Sensitivities, D_sum, N: float, n: float, rho, alpha_D,
               vartheta_w) -> np.ndarray:
-    """Dudley closed form from the sum of the matrix pieces (without the read-out's when fixed)."""
-    if sens.readout == "fixed":
-        return ct("dd_closed_fixed", D_sum=D_sum, alpha_D=alpha_D, n=n)
-    return ct("dd_closed", B_w=sens.B_w, N=N, D_sum=D_sum, alpha_D=alpha_D, n=n, rho=rho,
-              vartheta_w=vartheta_w)
+    """Dudley closed form from the sum of the matrix pieces (:func:`specbound.certified.evaluation.dd_closed`)."""
+    return combiners.dd_closed(ct, sens.readout == READOUT_TRAINED, D_sum, B_w=sens.B_w, N=N, n=n, rho=rho,
+                               alpha_D=alpha_D, vartheta_w=vartheta_w)

@@ -48,7 +48,7 @@ import sympy as sp  # noqa: E402
 from flint import arb, ctx  # noqa: E402
 
 from specbound.certified import generated as cgen  # noqa: E402
-from specbound.derivation import evaluated  # noqa: E402
+from specbound.derivation import evaluated, symbols  # noqa: E402
 from specbound.derivation.assembly import beta_c_expression, default_beta_c  # noqa: E402
 
 KEYS = evaluated.variant_keys()
@@ -81,7 +81,7 @@ def _inputs(names, seed):
 def test_generated_numpy_fields_equal_the_sympy_expressions(key):
     T = evaluated.theorem_of(key)
     row = generated.THEOREMS[key]
-    exprs = evaluated.numeric_expressions(T)
+    exprs = evaluated.fields(T)
     assert set(row) == set(exprs)
     for seed, (name, expr) in enumerate(sorted(exprs.items())):
         fn, names = generated.FUNCTIONS[row[name]], generated.ARGS[row[name]]
@@ -97,25 +97,47 @@ def test_generated_numpy_fields_equal_the_sympy_expressions(key):
 @pytest.mark.parametrize("key", SAMPLED, ids=lambda k: "-".join(k))
 def test_generated_arb_fields_contain_the_sympy_value(key):
     T = evaluated.theorem_of(key)
-    for fixed in (False, True):
-        row = cgen.THEOREMS[key + (fixed,)]
-        for seed, (name, (expr, args)) in enumerate(sorted(evaluated.certified_expressions(T, fixed).items())):
-            fn, names = cgen.FUNCTIONS[row[name]], cgen.ARGS[row[name]]
-            args = tuple(args) if args is not None else tuple(sorted(expr.free_symbols, key=str))
-            assert names == tuple(str(a) for a in args)
-            vals = _inputs(names, seed)
-            ref = complex(expr.xreplace({s: sp.Float(vals[str(s)], 60) for s in expr.free_symbols}).evalf(50))
-            if not np.isfinite(ref.real) or abs(ref.imag) > 0:
-                continue
-            ball = fn(*(vals[a] for a in names))
-            # a ball around the 50-digit value that contains the exact one: the generated ball must
-            # meet it (it holds the exact value; an exact ball, e.g. 2 Min(SS, DD), is that value)
-            saved, ctx.prec = ctx.prec, 200
-            try:
-                ref_ball = arb(f"{sp.Float(ref.real, 50)} +/- 1e-40")
-            finally:
-                ctx.prec = saved
-            assert ball.overlaps(ref_ball) and ball.rad() < 1e-10 * (1 + abs(ball.mid())), (name, ball, ref_ball)
+    row = cgen.THEOREMS[key]
+    exprs = evaluated.fields(T)
+    assert set(row) == set(exprs)
+    for seed, (name, expr) in enumerate(sorted(exprs.items())):
+        fn, names = cgen.FUNCTIONS[row[name]], cgen.ARGS[row[name]]
+        assert names == tuple(str(a) for a in evaluated.arguments(expr))
+        vals = _inputs(names, seed)
+        ref = complex(expr.xreplace({s: sp.Float(vals[str(s)], 60) for s in expr.free_symbols}).evalf(50))
+        if not np.isfinite(ref.real) or abs(ref.imag) > 0:
+            continue
+        ball = fn(*(vals[a] for a in names))
+        # a ball around the 50-digit value that contains the exact one: the generated ball must
+        # meet it (it holds the exact value; an exact ball, e.g. 2 Min(SS, DD), is that value)
+        saved, ctx.prec = ctx.prec, 200
+        try:
+            ref_ball = arb(f"{sp.Float(ref.real, 50)} +/- 1e-40")
+        finally:
+            ctx.prec = saved
+        assert ball.overlaps(ref_ball) and ball.rad() < 1e-10 * (1 + abs(ball.mid())), (name, ball, ref_ball)
+
+
+def test_both_generated_tables_have_one_list_of_fields_with_the_same_arguments():
+    # one compiled-theorem class reads both: same variants, same field names, same argument names
+    assert set(generated.THEOREMS) == set(cgen.THEOREMS) == set(KEYS)
+    for key in KEYS:
+        num, arb_row = generated.THEOREMS[key], cgen.THEOREMS[key]
+        assert set(num) == set(arb_row), key
+        for name in num:
+            assert generated.ARGS[num[name]] == cgen.ARGS[arb_row[name]], (key, name)
+    assert (generated.BACKEND, cgen.BACKEND) == ("numpy", "arb")
+    assert generated.NAMES == cgen.NAMES == evaluated.NAMES
+
+
+@pytest.mark.parametrize("key", SAMPLED, ids=lambda k: "-".join(k))
+def test_every_dudley_piece_vanishes_at_the_upper_limit(key):
+    # the edge policy (certified/evaluation.py): at alpha_D = dd_upper the Dudley integral runs over
+    # an empty range, so each piece is exactly 0 -- proven here for the printed fields themselves
+    T = evaluated.theorem_of(key)
+    fields = evaluated.fields(T)
+    for name in ("dd_matrix_piece", "dd_matrix_piece_p2", "dd_matrix_piece_rank", "dd_readout_piece"):
+        assert sp.simplify(fields[name].xreplace({symbols.alpha_D: T.dd_upper})) == 0, name
 
 
 @pytest.mark.parametrize("model", evaluated.VARIANTS["model"])
@@ -128,10 +150,6 @@ def test_generated_beta_c_equals_the_exact_default(model):
 def test_generated_constants_and_layouts_equal_the_derivation():
     for key in KEYS:
         assert generated.CONSTANTS[key] == evaluated.constants_of(evaluated.theorem_of(key))
-    assert generated.LAYOUTS == evaluated.layouts()
-    group = generated.FUNCTIONS[generated.GROUP_SUMMAND]
-    expr = evaluated.GROUP[0]
-    names = generated.ARGS[generated.GROUP_SUMMAND]
-    vals = _inputs(names, 0)
-    assert float(group(*(vals[a] for a in names))) == pytest.approx(
-        float(expr.xreplace({s: vals[str(s)] for s in expr.free_symbols})), rel=1e-12)
+    assert generated.LAYOUTS == cgen.LAYOUTS == evaluated.layouts()
+    for key in KEYS:
+        assert cgen.CONSTANTS[key] == generated.CONSTANTS[key]
