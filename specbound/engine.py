@@ -18,9 +18,9 @@ Work is cut into *tasks* that describe what to compute, never the arrays: a :cla
 (checkpoint path, heads, view, SHA-256) plus a layer and the canonical indices of the matrices of
 one kind in it.  A task opens the checkpoint itself (safetensors are memory-mapped), builds only
 that layer's matrices (:func:`specbound.checkpoint.load_layers`; the other layers are zero-memory
-placeholders), computes, and returns plain values: certified enclosures in their exact wire form
-(:mod:`specbound.certified.serialisation`, bit-identical balls), float spectra as arrays, ramp-loss
-partial sums as exact fractions.  The client reassembles them in canonical order and does every Arb
+placeholders), computes, and returns plain values: certified enclosures (sent between processes in
+their exact wire form, :mod:`specbound.certified.serialisation`: bit-identical balls), float spectra
+as arrays, ramp-loss partial sums as exact fractions.  The client reassembles them in canonical order and does every Arb
 reduction itself, so the certificate is the same on every engine.  A task that fails on a worker
 ends the run with one :class:`~specbound.errors.SpecboundError` line (Dask first retries it), and
 no partial result is returned.
@@ -351,18 +351,33 @@ def _weights(source: Source, layer: int | None):
     return weights
 
 
-def enclose_task(source: Source, layer: int, indices: tuple[int, ...]) -> tuple[list[dict], list[tuple]]:
-    """Certified enclosures of the matrices ``indices`` (all of ``layer``), as exact wire records,
-    and for each matrix whether its left and right factors are exactly zero (right: None if dense)."""
+class _Enclosures(list):
+    """Certified enclosures as a task returns them: unchanged in process, and pickled (back from a
+    pool or a cluster) in their exact wire form, every ball rebuilt bit-identical on arrival."""
+
+    def __reduce__(self):
+        from .certified.serialisation import enclosure_to_wire
+
+        return (_enclosures_from_wire, ([enclosure_to_wire(e) for e in self],))
+
+
+def _enclosures_from_wire(wires: list[dict]) -> _Enclosures:
+    from .certified.serialisation import enclosure_from_wire
+
+    return _Enclosures(enclosure_from_wire(w) for w in wires)
+
+
+def enclose_task(source: Source, layer: int, indices: tuple[int, ...]) -> tuple[_Enclosures, list[tuple]]:
+    """Certified enclosures of the matrices ``indices`` (all of ``layer``), and for each matrix
+    whether its left and right factors are exactly zero (right: None if dense)."""
     import numpy as np
 
     from .certified.gram_enclosure import enclose_matrices
-    from .certified.serialisation import enclosure_to_wire
 
     weights = _weights(source, layer)
     mats = [weights.matrices[j] for j in indices]
     zero = [(not np.any(m.left), None if m.right is None else not np.any(m.right)) for m in mats]
-    return [enclosure_to_wire(e) for e in enclose_matrices(mats)], zero
+    return _Enclosures(enclose_matrices(mats)), zero
 
 
 def spectra_task(source: Source, layer: int | None, indices: tuple[int, ...], dtype: str,
@@ -406,16 +421,15 @@ def enclose_on(engine: Engine, source: Source, weights, progress=None) -> tuple[
     from dataclasses import replace
 
     from .adapters.helpers import is_placeholder, placeholder
-    from .certified.serialisation import enclosure_from_wire
 
     tasks = tasks_of(weights)
     parts = engine.map(enclose_task, [(source, layer, idx) for layer, idx in tasks],
                        weights=[len(idx) for _, idx in tasks], progress=progress)
     out: list = [None] * len(weights.matrices)
     mats = list(weights.matrices)
-    for (_, idx), (wires, zero) in zip(tasks, parts):
-        for j, w, (left_zero, right_zero) in zip(idx, wires, zero):
-            out[j] = enclosure_from_wire(w)
+    for (_, idx), (encs, zero) in zip(tasks, parts):
+        for j, enc, (left_zero, right_zero) in zip(idx, encs, zero):
+            out[j] = enc
             m = mats[j]
             if is_placeholder(m.left):
                 right = None if m.right is None else placeholder(m.right.shape, 0.0 if right_zero else 1.0)

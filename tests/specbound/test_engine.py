@@ -82,6 +82,22 @@ def test_tasks_cover_every_matrix_once_in_canonical_order(tmp_path):
         assert len({weights.matrices[j].kind for j in idx}) == 1
 
 
+def test_task_enclosures_pickle_in_their_exact_wire_form(tmp_path):
+    import pickle
+
+    from specbound.engine import _Enclosures, enclose_task, source_of
+
+    path = gpt2_folder(tmp_path / "g")
+    weights = load_layers(path, ())
+    layer, idx = tasks_of(weights)[0]
+    encs, _ = enclose_task(source_of(path, num_heads=None, view="analysis", sha256=weights.sha256), layer, idx)
+    back = pickle.loads(pickle.dumps(encs))
+    assert isinstance(back, _Enclosures) and len(back) == len(encs) == len(idx)
+    for a, b in zip(encs, back):
+        for x, y in zip(a.lower + a.upper, b.lower + b.upper):
+            assert x.mid() == y.mid() and x.rad() == y.rad()  # bit for bit, not just overlapping
+
+
 def test_in_process_engine_runs_in_order_with_progress_task_by_task():
     seen = []
 
@@ -129,6 +145,7 @@ def test_cpu_spectra_in_process_read_one_layer_at_a_time(capsys, tmp_path, monke
 
 def _spy_on_builds(monkeypatch) -> list:
     """Record the layers of every partial build; a whole-model build fails the test."""
+    import specbound.api  # noqa: F401 - imported before the patch: it binds load_weights by name
     import specbound.checkpoint as checkpoint
     import specbound.engine as engine
     import specbound.pipeline as pipeline
@@ -258,6 +275,20 @@ def test_a_failing_task_ends_in_one_error_line(engine):
     with pytest.raises(NonFiniteError, match="tensor 3 has 1 NaN/Inf entry"):  # the task's own error, as raised
         engine.map(_refused, [(3,)])
     assert engine.map(pow, [(2, 5)]) == [32]  # and the engine still runs tasks afterwards
+
+
+def _die(x):
+    import os
+
+    os._exit(3)  # as a worker killed by the kernel would: no exception, no cleanup
+
+
+def test_a_pool_worker_that_dies_ends_in_one_line_and_the_pool_starts_again(pool):
+    with pytest.raises(SpecboundError) as info:
+        pool.map(_die, [(1,)])
+    assert str(info.value).startswith("_die: a worker died on this task (out of memory?)")
+    assert "\n" not in str(info.value)
+    assert pool.map(pow, [(3, 2)]) == [9]
 
 
 def test_results_come_back_in_order(engine):
