@@ -120,14 +120,21 @@ def _worker_usage() -> dict:
 
 
 def run_engine(ckpt: Path, workers: int, spectra: bool = True) -> dict:
-    """spectra and certify through a fresh local cluster of ``workers``."""
+    """spectra and certify through a fresh local Dask cluster of ``workers`` single-threaded
+    processes (``scheduler=`` its address: the engine is the one ``--scheduler`` gives)."""
+    import logging
+
+    from distributed import LocalCluster
+
     from specbound.certified.certificate import to_json
     from specbound.checkpoint import load_layers
     from specbound.engine import open_engine, source_of, spectra_of
     from specbound.pipeline import certify
 
     out: dict = {"workers": workers}
-    with open_engine(workers=workers) as engine:
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      silence_logs=logging.ERROR) as cluster, \
+            open_engine(scheduler=cluster.scheduler_address) as engine:
         engine.client.run(_warm)
         before = engine.client.run(_worker_usage)
         t = time.perf_counter()

@@ -5,7 +5,8 @@ The term is ``(1/n) sum_i l_rho(y_i f(X_i))`` with the ramp ``l_rho(u) = min(1, 
 The outputs ``f(X_i)`` come from the certified forward pass (:mod:`specbound.certified.forward`).
 The ramp is nonincreasing in ``u`` (for ``rho > 0``), so ``l_rho(lower(u-ball))`` bounds each
 sample's loss; it is evaluated rigorously and the upper endpoints are summed exactly
-(proofs_notes/certified_forward.md).  Floats only choose the split of samples among worker processes.
+(proofs_notes/certified_forward.md).  An execution engine may run blocks of samples elsewhere
+(``map_blocks``): the sums are exact, so the result does not depend on how the samples are split.
 
 Public API: :func:`ramp_upper`, :func:`ramp_lower`, :class:`RampLossCertificate`,
 :func:`certified_ramp_loss`.
@@ -14,15 +15,10 @@ Public API: :func:`ramp_upper`, :func:`ramp_lower`, :class:`RampLossCertificate`
 from __future__ import annotations
 
 import math
-import os
-import signal
-import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from fractions import Fraction
-from multiprocessing import get_all_start_methods, get_context
 
 import numpy as np
 from flint import arb, arb_mat, ctx, fmpq
@@ -203,7 +199,7 @@ def _inputs_of(data: DataSet, weights: AnalysisWeights, embedding) -> Callable[[
 
 
 def _block(weights, data, rho, embedding, prec, start, stop) -> _Partial:
-    """Ramp bounds of samples ``start..stop-1``, summed exactly (runs in a worker process too)."""
+    """Ramp bounds of samples ``start..stop-1``, summed exactly."""
     return _block_of(weights, data, rho, embedding, prec, range(start, stop))
 
 
@@ -237,7 +233,6 @@ def certified_ramp_loss(
     *,
     embedding: tuple[np.ndarray, np.ndarray | None] | None = None,
     prec: int = DEFAULT_PREC,
-    workers: int = 1,
     progress: Callable[[int], None] | None = None,
     forward: str = FORWARD_FAST,
     fast: FastPass | None = None,
@@ -248,15 +243,14 @@ def certified_ramp_loss(
     ``data`` is a :class:`specbound.dataset.DataSet` (token ids or already-embedded rows, labels
     +-1).  Token ids are embedded with ``embedding = (E, P)`` or, by default, with the model's
     fixed ``weights.extra['embedding.E'/'embedding.P']``.  ``rho`` is a positive float (exact), a
-    decimal string (enclosed), or an ``arb``.  ``workers > 1`` spreads samples over processes
-    (the result is identical: per-sample bounds are exact rationals summed exactly).
+    decimal string (enclosed), or an ``arb``.
     ``progress(k)`` is called with the number of samples done so far.  ``forward``: "fast" (default;
     binary64 program with a proven a-priori error bound, proofs_notes/fast_forward.md, falling back to
-    "arb" for models it does not cover) or "arb" (every sample in Arb ball arithmetic; ``prec`` and
-    ``workers`` apply to it and to the samples the fast pass redoes).  ``fast``: the
+    "arb" for models it does not cover) or "arb" (every sample in Arb ball arithmetic; ``prec``
+    applies to it and to the samples the fast pass redoes).  ``fast``: the
     :func:`fast_pass` of exactly these ``weights`` and ``data``, when the caller already has it.
-    ``map_blocks`` (an execution engine's, e.g. :func:`specbound.engine.ramp_blocks`) replaces the
-    local worker processes: it is called as ``map_blocks(chunks, rho_ball, prec)`` with lists of
+    ``map_blocks`` (an execution engine's, e.g. :func:`specbound.engine.ramp_blocks`; None: every
+    block here) runs the Arb pass: it is called as ``map_blocks(chunks, rho_ball, prec)`` with lists of
     sample indices and must return :func:`_block_of`'s partial sums of each chunk, in order (the sums
     are exact, so the result is the same however the samples are split).
 
@@ -267,7 +261,7 @@ def certified_ramp_loss(
     if forward not in FORWARD_METHODS:
         raise SpecboundError(f"forward pass must be one of {FORWARD_METHODS}, got {forward!r}")
     r = _margin_ball(rho)
-    _inputs_of(data, weights, embedding)  # validate before any work (and before forking)
+    _inputs_of(data, weights, embedding)  # validate before any work (and before any task is sent)
     if embedding is not None:
         map_blocks = None  # an engine's tasks embed with the model's own fixed embedding only
     n = int(data.labels.shape[0])
@@ -279,12 +273,10 @@ def certified_ramp_loss(
     if map_blocks is not None and n > 0:
         size = max(1, -(-n // ENGINE_CHUNKS))
         parts = map_blocks([list(range(a, min(n, a + size))) for a in range(0, n, size)], r, prec)
-    elif workers <= 1 or n < 2:
+    else:
         parts = [_block(weights, data, r, embedding, prec, 0, n)]
         if progress is not None:
             progress(n)
-    else:
-        parts = _in_processes(weights, data, rho, r, embedding, prec, workers, progress)
     hi = sum((p.upper for p in parts), Fraction(0)) / n
     lo = sum((p.lower for p in parts), Fraction(0)) / n
     with ctx.workprec(prec):
@@ -406,76 +398,6 @@ def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began,
         epsilon=eps_f,
         redone=len(redo_idx),
     )
-
-
-def _in_processes(weights, data, rho, r, embedding, prec, workers, progress) -> list[_Partial]:
-    """The blocks of samples evaluated by ``workers`` processes (results in block order)."""
-    # arb objects do not pickle; a ball's decimal string encloses it (arb's printing guarantee).
-    rho_arg = r.str(30, radius=True) if isinstance(rho, arb) else rho
-    n = int(data.labels.shape[0])
-    size = max(1, -(-n // (4 * workers)))  # a few blocks per worker, for progress and balance
-    done = 0
-    parts = []
-    # fork where available: workers only run Arb code, and spawn would re-import an unguarded
-    # user script as __main__.
-    method = "fork" if "fork" in get_all_start_methods() else "spawn"
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context(method),
-                               initializer=_worker_init, initargs=(os.getpid(),))
-    try:
-        futures = [
-            pool.submit(_block, weights, data, rho_arg, embedding, prec, a, min(n, a + size))
-            for a in range(0, n, size)
-        ]
-        for fut in as_completed(futures):
-            part = fut.result()
-            parts.append(part)
-            done += part.count
-            if progress is not None:
-                progress(done)
-    except BaseException:
-        # Ctrl-C, SIGTERM turned into an exception, a failed block: stop the workers now instead of
-        # waiting for their blocks (the context manager's shutdown(wait=True) would).
-        _terminate(pool)
-        raise
-    pool.shutdown(wait=True)
-    return parts
-
-
-def _worker_init(parent: int) -> None:
-    """Pool workers die with the process that started them and leave Ctrl-C to it.
-
-    On Linux, prctl(PR_SET_PDEATHSIG, SIGTERM) makes the kernel signal a worker when its parent
-    dies, even by SIGKILL (no Python cleanup runs then); a parent that died before this call is
-    caught by comparing getppid().  SIGINT is ignored: the terminal sends it to the whole process
-    group, and the parent alone reports it (one line) and terminates the pool.
-    """
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):  # pragma: no cover - no libc prctl
-            pass
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if os.getppid() != parent:
-        os._exit(1)
-
-
-def _terminate(pool: ProcessPoolExecutor) -> None:
-    """Kill the pool's workers and release it without waiting for their blocks."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    for proc in processes:
-        try:
-            proc.terminate()
-        except (OSError, ValueError, AttributeError):  # already gone
-            pass
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in processes:
-        try:
-            proc.join(timeout=5)
-        except (OSError, ValueError, AttributeError, AssertionError):
-            pass
 
 
 __all__: Sequence[str] = (

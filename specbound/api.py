@@ -101,34 +101,68 @@ def spectra(
     device: str = "cpu",
     dtype: str = "float64",
     view: str = "analysis",
+    workers: int | None = None,
+    scheduler: str | None = None,
     engine: Any = None,
 ) -> SpectraResult:
     """Singular values of every covered matrix of ``model`` (in ``view``), as ``specbound spectra``
-    computes; ``engine`` (:func:`specbound.engine.open_engine`) runs them as cluster tasks."""
-    from .commands.proxies import device_of
-    from .numeric.spectra import norm_summaries, spectra_on
+    computes them (:func:`weights_and_spectra`).  ``weights`` of the result is the model's structure
+    (its matrices' values are not held; :func:`load_weights` reads them)."""
+    from .numeric.spectra import norm_summaries
+
+    weights, values = weights_and_spectra(model, view=view, num_heads=num_heads, dtype=dtype, device=device,
+                                          workers=workers, scheduler=scheduler, engine=engine)
+    return SpectraResult(_label(model), dtype, weights, values, tuple(norm_summaries(values)))
+
+
+def weights_and_spectra(
+    model: CheckpointSource | None,
+    *,
+    view: str = "analysis",
+    num_heads: int | None = None,
+    dtype: str = "float64",
+    device: str = "cpu",
+    workers: int | None = None,
+    scheduler: str | None = None,
+    engine: Any = None,
+    show_progress: bool = False,
+) -> tuple[AnalysisWeights, Any]:
+    """(the structure of ``model`` in ``view``, the float Spectra of its covered matrices): the one
+    path of ``spectra`` and ``proxies``, command and API alike.
+
+    The singular values are tasks of the engine of ``workers`` / ``scheduler`` / ``engine``
+    (:func:`specbound.engine.open_engine`; in process by default): on the CPU one task per layer and
+    matrix kind, so that one layer's weights are held at a time (peak memory: the structure, one
+    layer and its products, whatever the depth), with the values of the whole-model computation;
+    on a torch ``device`` one task of the whole model, in this process."""
+    from .checkpoint import load_layers
+    from .engine import open_engine, source_of, spectra_of
+    from .progress import progress_bar
 
     if dtype not in ("float64", "float32"):
         raise SpecboundError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
     dev = device_of(device)
-    if engine is not None and engine.distributed:
-        weights, values = _on_engine(engine, model, num_heads, view, dtype, dev)
-    else:
-        weights = load_weights(model, num_heads=num_heads, view=view)
-        values = spectra_on(weights, dtype=dtype, device=dev)
-    return SpectraResult(_label(model), dtype, weights, values, tuple(norm_summaries(values)))
+    if dev != "cpu" and (scheduler is not None or (workers is not None and workers != 1)):
+        raise SpecboundError("--workers/--scheduler compute on the workers' CPUs: give them without --device")
+    source = _source(model)
+    with open_engine(workers=workers, scheduler=scheduler, engine=engine) as eng:
+        weights = load_layers(source, (), num_heads=num_heads, view=view)
+        task_source = source_of(source, num_heads=num_heads, view=view, sha256=weights.sha256)
+        with progress_bar(len(weights.matrices), "singular values", enabled=show_progress) as bar:
+            return weights, spectra_of(eng, task_source, weights, dtype=dtype, device=dev, progress=bar)
 
 
-def _on_engine(engine, model, num_heads, view: str, dtype: str, device):
-    """(structure-only weights, spectra computed by ``engine``'s tasks) of a checkpoint on disk."""
-    from .checkpoint import load_layers
-    from .engine import source_of, spectra_of
+def device_of(name: str):
+    """``"cpu"`` (the numpy path), else the torch device for ``device`` / ``--device``, as a
+    one-line SpecboundError if it cannot be used."""
+    if name == "cpu":
+        return "cpu"
+    from .numeric.spectra import resolve_device
 
-    if device != "cpu":
-        raise SpecboundError("an engine computes on the workers' CPUs: use device='cpu'")
-    weights = load_layers(_source(model), (), num_heads=num_heads, view=view)
-    source = source_of(model, num_heads=num_heads, view=view, sha256=weights.sha256)
-    return weights, spectra_of(engine, source, weights, dtype=dtype)
+    try:
+        return resolve_device(name)
+    except ValueError as exc:
+        raise SpecboundError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -160,20 +194,16 @@ def proxies(
     *,
     num_heads: int | None = None,
     device: str = "cpu",
+    workers: int | None = None,
+    scheduler: str | None = None,
     engine: Any = None,
 ) -> ProxiesResult:
-    """Both paper proxies of ``model``, as ``specbound proxies`` computes them; ``engine``
-    (:func:`specbound.engine.open_engine`) runs the singular values as cluster tasks."""
-    from .commands.proxies import device_of
+    """Both paper proxies of ``model``, as ``specbound proxies`` computes them (the singular values
+    by :func:`weights_and_spectra` in the ``proxy`` view: no score scale, the proxies' convention)."""
     from .numeric.proxies import paper_proxies
-    from .numeric.spectra import spectra_on
 
-    dev = device_of(device)
-    if engine is not None and engine.distributed:
-        weights, values = _on_engine(engine, model, num_heads, "proxy", "float64", dev)
-    else:
-        weights = load_weights(model, num_heads=num_heads, view="proxy")  # the proxies' convention
-        values = spectra_on(weights, device=dev)
+    weights, values = weights_and_spectra(model, view="proxy", num_heads=num_heads, device=device,
+                                          workers=workers, scheduler=scheduler, engine=engine)
     try:
         result = paper_proxies(weights, spectra=values)
     except ValueError as exc:
@@ -222,8 +252,9 @@ def certify(model: CheckpointSource | None = None, data: Any = None, **options: 
     """Certify the bound of ``model`` (None: the embedded default) like ``specbound certify``.
 
     ``data`` and every keyword (``n``, ``delta``, ``margin``, ``empirical``, ``samples``, ``seed``,
-    ``num_heads``, ``readout``, ``settings``, ``forward`` = "fast" | "arb", ``engine``...) are those
-    of :func:`specbound.pipeline.certify`.
+    ``num_heads``, ``readout``, ``settings``, ``forward`` = "fast" | "arb", ``workers``,
+    ``scheduler``, ``engine``...) are those of :func:`specbound.pipeline.certify`, the path of the
+    command too.
     """
     from .pipeline import certify as run_certify
 

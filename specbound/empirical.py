@@ -198,14 +198,8 @@ def dataset_of(source: EmpiricalSource) -> DataSet | None:
     return None
 
 
-def default_workers() -> int:
-    """Worker processes for the certified forward passes: at most 2 (memory), at least 1."""
-    return max(1, min(2, os.cpu_count() or 1))
-
-
 def empirical_ball(weights, source: EmpiricalSource, dataset: DataSet | None, rho: arb, *,
-                   workers: int | None = None, progress=None,
-                   forward: str = FORWARD_FAST, fast=None,
+                   progress=None, forward: str = FORWARD_FAST, fast=None,
                    map_blocks=None) -> tuple[arb | None, object | None]:
     """(the empirical term as an Arb ball, the RampLossCertificate or None).
 
@@ -216,8 +210,8 @@ def empirical_ball(weights, source: EmpiricalSource, dataset: DataSet | None, rh
     execution engine's runner of the Arb forward pass (:func:`specbound.engine.ramp_blocks`).
     """
     if source.kind in CERTIFIED_SOURCES:
-        ramp = certified_ramp_loss(weights, dataset, rho, workers=workers or default_workers(),
-                                   progress=progress, forward=forward, fast=fast, map_blocks=map_blocks)
+        ramp = certified_ramp_loss(weights, dataset, rho, progress=progress, forward=forward, fast=fast,
+                                   map_blocks=map_blocks)
         return ramp.upper, ramp
     if source.kind == EMPIRICAL_USER:
         return arb(float(source.detail["value"])), None

@@ -1,211 +1,318 @@
-"""The one execution engine: in process (default) or a Dask cluster (``--workers N`` / ``--scheduler``).
+"""The one execution engine: every task of certify, spectra and proxies runs through an :class:`Engine`.
+
+An engine has two operations, written once for every scheduler:
+
+* ``map(fn, items)``: the results of ``fn(*item)`` for each item, in the order of ``items``;
+* ``share(value)``: a handle to ``value`` that tasks receive in place of it (sent once where that
+  saves sending it with every task).
+
+Three engines implement them over a :class:`concurrent.futures.Executor` (the way Dask's own
+synchronous scheduler is just another executor): :class:`InProcess` (a synchronous executor: each
+task runs here when it is submitted; the default), :class:`LocalPool` (``workers=N`` with N >= 2:
+N worker processes on this machine, :mod:`specbound.pool`) and :class:`DaskEngine`
+(``scheduler=ADDRESS``: the workers of a Dask cluster).  One meaning of the options everywhere (API
+and CLI): ``workers`` is how many processes of this machine compute (1, the default, is this
+process), ``scheduler`` the address of a Dask cluster; :func:`open_engine` makes the engine.
 
 Work is cut into *tasks* that describe what to compute, never the arrays: a :class:`Source`
 (checkpoint path, heads, view, SHA-256) plus a layer and the canonical indices of the matrices of
-one kind in it.  A worker opens the checkpoint itself (safetensors are memory-mapped), builds only
+one kind in it.  A task opens the checkpoint itself (safetensors are memory-mapped), builds only
 that layer's matrices (:func:`specbound.checkpoint.load_layers`; the other layers are zero-memory
-placeholders), computes, and returns plain values: certified enclosures in their exact wire form
-(:mod:`specbound.certified.serialisation`, bit-identical balls), float spectra as arrays, ramp-loss
-partial sums as exact fractions.  The client reassembles them in canonical order and does every Arb
-reduction itself, so the certificate is the one the in-process run gives.
-
-:func:`open_engine` gives :class:`InProcess` without a cluster (Dask is then not imported at all),
-a ``LocalCluster(n_workers=N, threads_per_worker=1, processes=True)`` for ``workers=N``, or a client
-of the scheduler at ``scheduler``.  A failing task is retried (Dask's ``retries``; a worker that
-dies is rescheduled by Dask itself); a task that still fails ends the run with one
-:class:`~specbound.errors.SpecboundError` line, and no partial result is returned.
+placeholders), computes, and returns plain values: certified enclosures (sent between processes in
+their exact wire form, :mod:`specbound.certified.serialisation`: bit-identical balls), float spectra
+as arrays, ramp-loss partial sums as exact fractions.  The client reassembles them in canonical order and does every Arb
+reduction itself, so the certificate is the same on every engine.  A task that fails on a worker
+ends the run with one :class:`~specbound.errors.SpecboundError` line (Dask first retries it), and
+no partial result is returned.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, CancelledError, Executor, Future, wait
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import SpecboundError, one_line
 
 RETRIES = 2
-"""Times a failed task is resubmitted (Dask ``retries=``) before the run fails."""
+"""Times Dask resubmits a failed task (``retries=``) before the run fails."""
 
 INSTALL_HINT = "pip install 'specbound[cluster]'"
 
 
 @dataclass(frozen=True)
 class Source:
-    """What a task needs to open the checkpoint on a worker: an absolute path (None: the embedded
-    default), ``num_heads``, the ``view`` and the SHA-256 the client computed."""
+    """What a task needs to open the checkpoint: an absolute path (None: the embedded default; an
+    in-memory source runs in process only), ``num_heads``, the ``view`` and the SHA-256 the client
+    computed.  ``built``: the whole model when this process has already built it, so that tasks
+    run here read nothing again; it is never sent (a worker elsewhere reads its own layer)."""
 
-    checkpoint: str | None
+    checkpoint: Any
     num_heads: int | None
     view: str
     sha256: str
+    built: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def portable(self) -> bool:
+        """Whether another process can open the checkpoint (it has a path, or is the default)."""
+        return self.checkpoint is None or isinstance(self.checkpoint, str)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "built": None}
 
 
-def source_of(checkpoint, *, num_heads: int | None, view: str, sha256: str) -> Source:
-    """The :class:`Source` of a checkpoint path (absolute, so workers find it); a one-line
-    SpecboundError for in-memory weights, which cannot be sent as a path."""
-    if checkpoint is None:
-        return Source(None, num_heads, view, sha256)
-    if not isinstance(checkpoint, (str, os.PathLike)):
-        raise SpecboundError("--workers/--scheduler need a checkpoint on disk (workers open it by its path); "
-                             "in-memory weights run in process")
-    path = Path(checkpoint)
-    return Source(str(path.resolve()) if path.exists() else str(checkpoint), num_heads, view, sha256)
+def source_of(checkpoint, *, num_heads: int | None, view: str, sha256: str, built=None) -> Source:
+    """The :class:`Source` of ``checkpoint`` (a path made absolute, so that workers find it; a repo
+    id as given; an in-memory source kept as the object)."""
+    from .formats.state_dict import is_in_memory
+
+    if checkpoint is not None and not is_in_memory(checkpoint):
+        path = Path(checkpoint)
+        checkpoint = str(path.resolve()) if path.exists() else str(checkpoint)
+    return Source(checkpoint, num_heads, view, sha256, built)
 
 
 # ------------------------------------------------------------------------------------------------
 # engines
 
 
-class InProcess:
-    """Runs every task here, in order (the default: no cluster, no Dask import)."""
+class Engine(Protocol):
+    """What the pipeline and the API need from a scheduler."""
 
-    name = "in-process"
-    distributed = False
+    name: str
 
-    def map(self, fn: Callable, items: Sequence, *, weights: Sequence[int] | None = None,
+    def map(self, fn: Callable, items: Sequence[tuple], *, weights: Sequence[int] | None = None,
             progress=None) -> list:
-        """``[fn(*item) for item in items]``; ``progress.advance(weights[i])`` after item i."""
-        out = []
-        for i, item in enumerate(items):
-            out.append(fn(*item))
-            if progress is not None:
-                progress.advance(1 if weights is None else weights[i])
-        return out
+        """``[fn(*item) for item in items]`` (in that order); ``progress.advance(weights[i])`` (1
+        without weights) as item i completes."""
 
-
-class DaskEngine:
-    """Runs tasks on a Dask cluster through ``client`` (and closes ``cluster`` if it started one)."""
-
-    distributed = True
-
-    def __init__(self, client, cluster=None, name: str = "dask") -> None:
-        self.client = client
-        self.cluster = cluster
-        self.name = name
-
-    def map(self, fn: Callable, items: Sequence, *, weights: Sequence[int] | None = None,
-            progress=None) -> list:
-        """The results of ``fn(*item)`` in the order of ``items``, computed on the workers.
-
-        ``progress.advance(weights[i])`` as each task completes (any order).  The first task that
-        fails after its retries cancels the rest and raises one SpecboundError line (the task's own
-        SpecboundError when it raised one, e.g. a bad tensor)."""
-        from distributed import as_completed
-
-        futures = [self.client.submit(fn, *item, retries=RETRIES, pure=False) for item in items]
-        position = {f.key: i for i, f in enumerate(futures)}
-        try:
-            for fut in as_completed(futures):
-                if fut.status != "finished":
-                    raise _task_error(fut, fn)
-                if progress is not None:
-                    i = position[fut.key]
-                    progress.advance(1 if weights is None else weights[i])
-            return [f.result() for f in futures]
-        except BaseException:
-            self.client.cancel(futures)
-            raise
+    def share(self, value: Any) -> Any:
+        """A handle that tasks receive in place of ``value``."""
 
     def close(self) -> None:
+        """Release what the engine holds (processes, connections, cached layers)."""
+
+
+class _OnExecutor:
+    """The control flow of every engine: submit (at most ``window`` tasks ahead), collect as they
+    complete, advance the progress, and stop the rest at the first failure or interrupt."""
+
+    name = "engine"
+    window: int | None = None
+    """Tasks in flight at once (None: all): 1 in process, so that progress advances task by task."""
+    remote = True
+    """Whether tasks run in other processes: they then need a :attr:`Source.portable` source, and
+    a failure there is reported as one line (in process, an error propagates as raised)."""
+
+    def _executor(self) -> Executor:
+        raise NotImplementedError
+
+    def _stop(self, pending: list[Future]) -> None:
+        """Stop the tasks ``pending`` after a failure or an interrupt (without waiting for them)."""
+        for fut in pending:
+            fut.cancel()
+
+    def share(self, value: Any) -> Any:
+        return value
+
+    def close(self) -> None:
+        return None
+
+    def map(self, fn: Callable, items: Sequence[tuple], *, weights: Sequence[int] | None = None,
+            progress=None) -> list:
+        items = list(items)
+        if self.remote:
+            _refuse_in_memory(items)
+        executor = self._executor()
+        results: list = [None] * len(items)
+        queue = iter(range(len(items)))
+        pending: dict[Future, int] = {}
+
+        def submit_next() -> None:
+            i = next(queue, None)
+            if i is not None:
+                pending[executor.submit(fn, *items[i])] = i
+
         try:
-            self.client.close()
-        finally:
-            if self.cluster is not None:
-                self.cluster.close()
+            for _ in range(len(items) if self.window is None else self.window):
+                submit_next()
+            while pending:
+                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    i = pending.pop(fut)
+                    exc = _exception(fut)
+                    if exc is not None:
+                        raise _task_error(exc, fn) if self.remote else exc
+                    results[i] = fut.result()
+                    if progress is not None:
+                        progress.advance(1 if weights is None else weights[i])
+                    submit_next()
+        except BaseException:
+            self._stop(list(pending))
+            raise
+        return results
 
 
-def _task_error(fut, fn) -> BaseException:
-    """The error that ends the run for a failed future (one line)."""
+class _Synchronous(Executor):
+    """An executor that runs each task when it is submitted, here (Ctrl-C goes straight up)."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        fut: Future = Future()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - handed to the caller through the future
+            fut.set_exception(exc)
+        return fut
+
+
+class InProcess(_OnExecutor):
+    """Runs every task here, in order (the default: no worker process, no Dask import)."""
+
+    name = "in process"
+    window = 1
+    remote = False
+
+    def _executor(self) -> Executor:
+        return _Synchronous()
+
+    def close(self) -> None:
+        _CACHE.clear()  # the last layer the tasks built here
+
+
+class LocalPool(_OnExecutor):
+    """Runs tasks on ``workers`` processes of this machine (:mod:`specbound.pool`): they die with
+    this process, leave Ctrl-C to it, and are killed at once when a run fails or is interrupted."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = int(workers)
+        self.name = f"local pool of {self.workers} processes"
+        self._pool = None
+
+    def _executor(self) -> Executor:
+        if self._pool is None:  # started on first use, again after a failure stopped it
+            from .pool import start
+
+            self._pool = start(self.workers)
+        return self._pool
+
+    def _stop(self, pending: list[Future]) -> None:
+        from .pool import terminate
+
+        if self._pool is not None:
+            terminate(self._pool)
+            self._pool = None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+class DaskEngine(_OnExecutor):
+    """Runs tasks on the workers of a Dask cluster through ``client``."""
+
+    def __init__(self, client, name: str = "dask") -> None:
+        self.client = client
+        self.name = name
+        self._futures = client.get_executor(retries=RETRIES, pure=False)
+
+    def _executor(self) -> Executor:
+        return self._futures
+
+    def share(self, value: Any) -> Any:
+        return self.client.scatter(value, broadcast=False)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _exception(fut: Future) -> BaseException | None:
     try:
-        exc = fut.exception()
-    except BaseException as why:  # cancelled, or the scheduler went away
-        exc = why
+        return fut.exception()
+    except CancelledError as why:  # the cluster cancelled it (its scheduler went away)
+        return why
+
+
+def _task_error(exc: BaseException, fn) -> BaseException:
+    """The error that ends the run for a task that failed on a worker (one line)."""
     if isinstance(exc, SpecboundError):
         return exc
     kind = type(exc).__name__
-    if kind == "KilledWorker":
-        return SpecboundError(f"{fn.__name__}: a worker died on this task repeatedly (out of memory?): "
-                              f"{one_line(exc)}")
+    if kind in ("KilledWorker", "BrokenProcessPool"):
+        return SpecboundError(f"{fn.__name__}: a worker died on this task (out of memory?): {one_line(exc)}")
     return SpecboundError(f"{fn.__name__} failed on a worker: {kind}: {one_line(exc)}")
 
 
-def _dask():
-    try:
-        import distributed
-    except ImportError:
-        raise SpecboundError(f"--workers/--scheduler need Dask: {INSTALL_HINT}") from None
-    return distributed
+def _refuse_in_memory(items: Sequence[tuple]) -> None:
+    """One line when a task would have to send in-memory weights to another process."""
+    if any(isinstance(a, Source) and not a.portable for item in items for a in item):
+        raise SpecboundError("workers open the checkpoint by its path: in-memory weights run in process "
+                             "(without workers or a scheduler)")
+
+
+def _count(workers) -> int | None:
+    if workers is None:
+        return None
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise SpecboundError(f"workers must be an integer >= 1, got {workers!r}")
+    return workers
 
 
 @contextmanager
-def open_engine(workers: int | None = None, scheduler: str | None = None) -> Iterator[Any]:
-    """The engine for ``workers`` (a local cluster of that many single-threaded worker processes)
-    or ``scheduler`` (an existing cluster's address, e.g. ``tcp://host:8786``); neither: in process.
-    Whatever the block raises, the cluster this opened is closed."""
-    if workers is not None and scheduler is not None:
-        raise SpecboundError("give either --workers or --scheduler, not both")
-    if workers is None and scheduler is None:
-        yield InProcess()
-        return
-    if workers is not None and workers < 1:
-        raise SpecboundError(f"--workers must be >= 1, got {workers}")
-    distributed = _dask()
-    import logging
-
-    cluster = None
-    try:
-        if workers is not None:
-            cluster = distributed.LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True,
-                                               dashboard_address=":0", silence_logs=logging.ERROR)
-            client = distributed.Client(cluster)
-            name = f"local cluster of {workers} worker{'s' if workers > 1 else ''}"
-        else:
-            client = distributed.Client(scheduler, timeout=30)
-            name = f"cluster at {scheduler}"
-    except (OSError, TimeoutError, ValueError) as exc:
-        _close_started(cluster, workers is not None)
-        where = f"the scheduler at {scheduler}" if scheduler else "a local cluster"
-        raise SpecboundError(f"cannot start {where}: {one_line(exc)}") from None
-    except BaseException:  # Ctrl-C or SIGTERM while the cluster starts: stop what started, quietly
-        _close_started(cluster, workers is not None)
-        raise
-    engine = DaskEngine(client, cluster, name)
-    try:
+def open_engine(workers: int | None = None, scheduler: str | None = None, engine: Engine | None = None
+                ) -> Iterator[Engine]:
+    """The engine of the options, at most one of them: ``engine`` (one the caller opened and closes),
+    ``workers`` (1: in process; N >= 2: a :class:`LocalPool` of N processes), ``scheduler`` (the
+    Dask cluster at that address, e.g. ``tcp://host:8786``); none: in process.  Whatever the block
+    raises, what this opened is closed."""
+    given = [name for name, v in (("engine", engine), ("workers", workers), ("scheduler", scheduler))
+             if v is not None]
+    if len(given) > 1:
+        raise SpecboundError(f"give one of {' / '.join(given)}, not several")
+    if engine is not None:
         yield engine
+        return
+    count = _count(workers)
+    opened: Engine = (_connect(scheduler) if scheduler is not None
+                      else LocalPool(count) if count is not None and count > 1 else InProcess())
+    try:
+        yield opened
     finally:
-        engine.close()
+        opened.close()
 
 
-def _close_started(cluster, local: bool) -> None:
-    """Close ``cluster``, or (``local``: this call was starting one) the local clusters a constructor
-    interrupted half-way left behind."""
-    from distributed.deploy.spec import SpecCluster
-
-    started = list(getattr(SpecCluster, "_instances", ())) if local else []
-    for c in ([cluster] if cluster is not None else []) + started:
-        try:
-            c.close()
-        except Exception:  # noqa: BLE001 - already closing; nothing more to do
-            pass
+def _connect(scheduler: str) -> DaskEngine:
+    """A :class:`DaskEngine` on the cluster at ``scheduler`` (one line when it cannot be reached)."""
+    try:
+        import distributed
+    except ImportError:
+        raise SpecboundError(f"a scheduler needs Dask: {INSTALL_HINT}") from None
+    try:
+        client = distributed.Client(scheduler, timeout=30)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise SpecboundError(f"cannot reach the scheduler at {scheduler}: {one_line(exc)}") from None
+    return DaskEngine(client, f"cluster at {scheduler}")
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """``--workers N`` and ``--scheduler ADDRESS`` (shared by certify, spectra and proxies)."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--workers", default=None, metavar="N",
-                       help=f"run the tasks on a local Dask cluster of N worker processes ({INSTALL_HINT})")
+                       help="processes of this machine that compute: 1 (default) is this process, N >= 2 a "
+                            "local pool of N worker processes (the certificate is the same)")
     group.add_argument("--scheduler", default=None, metavar="ADDRESS",
-                       help="run the tasks on an existing Dask cluster, e.g. tcp://host:8786 (workers must "
-                            "see the checkpoint at the same path)")
+                       help=f"run the tasks on the Dask cluster at ADDRESS, e.g. tcp://host:8786 (workers must "
+                            f"see the checkpoint at the same path; {INSTALL_HINT})")
 
 
-def engine_of_args(args: argparse.Namespace):
-    """:func:`open_engine` for the parsed ``--workers`` / ``--scheduler`` (validated, one line)."""
+def engine_options(args: argparse.Namespace) -> dict:
+    """``workers`` and ``scheduler`` of the parsed ``--workers`` / ``--scheduler`` (validated, one
+    line), for :func:`open_engine` and every job that takes them."""
     workers = getattr(args, "workers", None)
     if workers is not None:
         try:
@@ -214,18 +321,20 @@ def engine_of_args(args: argparse.Namespace):
             raise SpecboundError(f"--workers must be an integer, got {workers!r}") from None
         if workers < 1:
             raise SpecboundError(f"--workers must be >= 1, got {workers}")
-    return open_engine(workers, getattr(args, "scheduler", None))
+    return {"workers": workers, "scheduler": getattr(args, "scheduler", None)}
 
 
 # ------------------------------------------------------------------------------------------------
-# tasks (run on the workers; module-level so that they pickle by reference)
+# tasks (module-level so that they pickle by reference)
 
 _CACHE: dict = {}
-"""The last weights a worker built (one entry: a worker holds one layer, or one full model)."""
+"""The last weights a process built for its tasks (one entry: one layer, or one full model)."""
 
 
 def _weights(source: Source, layer: int | None):
     """The weights of ``source`` with ``layer`` built (None: every layer), cached for the next task."""
+    if source.built is not None:
+        return source.built
     key = (source, layer)
     weights = _CACHE.get(key)
     if weights is None:
@@ -242,26 +351,42 @@ def _weights(source: Source, layer: int | None):
     return weights
 
 
-def enclose_task(source: Source, layer: int, indices: tuple[int, ...]) -> tuple[list[dict], list[tuple]]:
-    """Certified enclosures of the matrices ``indices`` (all of ``layer``), as exact wire records,
-    and for each matrix whether its left and right factors are exactly zero (right: None if dense)."""
+class _Enclosures(list):
+    """Certified enclosures as a task returns them: unchanged in process, and pickled (back from a
+    pool or a cluster) in their exact wire form, every ball rebuilt bit-identical on arrival."""
+
+    def __reduce__(self):
+        from .certified.serialisation import enclosure_to_wire
+
+        return (_enclosures_from_wire, ([enclosure_to_wire(e) for e in self],))
+
+
+def _enclosures_from_wire(wires: list[dict]) -> _Enclosures:
+    from .certified.serialisation import enclosure_from_wire
+
+    return _Enclosures(enclosure_from_wire(w) for w in wires)
+
+
+def enclose_task(source: Source, layer: int, indices: tuple[int, ...]) -> tuple[_Enclosures, list[tuple]]:
+    """Certified enclosures of the matrices ``indices`` (all of ``layer``), and for each matrix
+    whether its left and right factors are exactly zero (right: None if dense)."""
     import numpy as np
 
     from .certified.gram_enclosure import enclose_matrices
-    from .certified.serialisation import enclosure_to_wire
 
     weights = _weights(source, layer)
     mats = [weights.matrices[j] for j in indices]
     zero = [(not np.any(m.left), None if m.right is None else not np.any(m.right)) for m in mats]
-    return [enclosure_to_wire(e) for e in enclose_matrices(mats)], zero
+    return _Enclosures(enclose_matrices(mats)), zero
 
 
-def spectra_task(source: Source, layer: int, indices: tuple[int, ...], dtype: str) -> tuple:
-    """Float singular values and norms of the matrices ``indices`` (numpy, as ``spectra`` computes)."""
-    from .numeric.spectra import compute_spectra_numpy
+def spectra_task(source: Source, layer: int | None, indices: tuple[int, ...], dtype: str,
+                 device="cpu") -> tuple:
+    """Float singular values and norms of the matrices ``indices`` (as ``spectra`` computes them)."""
+    from .numeric.spectra import spectra_on
 
     weights = _weights(source, layer)
-    s = compute_spectra_numpy([weights.matrices[j] for j in indices], dtype=dtype)
+    s = spectra_on([weights.matrices[j] for j in indices], dtype=dtype, device=device)
     return (s.values, s.counts, s.frobenius, s.norm_21, s.norm_11)
 
 
@@ -285,26 +410,26 @@ def tasks_of(weights) -> list[tuple[int, tuple[int, ...]]]:
     return [(layer, tuple(idx)) for (layer, _), idx in groups.items()]
 
 
-def enclose_on(engine, source: Source, weights, progress=None) -> tuple[list, Any]:
+def enclose_on(engine: Engine, source: Source, weights, progress=None) -> tuple[list, Any]:
     """(enclosures of every matrix of ``weights`` in canonical order, ``weights`` with its
     placeholders marking which factors are exactly zero), computed by ``engine``'s tasks.
 
-    ``weights`` is the structure (:func:`specbound.checkpoint.load_layers` with no layer); the float
-    planner reads from matrix values only whether a factor is exactly zero, which the marked
-    placeholders (:func:`specbound.adapters.helpers.placeholder`) answer as the real factors would."""
+    ``weights`` is the structure (:func:`specbound.checkpoint.load_layers` with no layer) or the
+    whole model; the float planner reads from matrix values only whether a factor is exactly zero,
+    which the marked placeholders (:func:`specbound.adapters.helpers.placeholder`) answer as the
+    real factors would."""
     from dataclasses import replace
 
     from .adapters.helpers import is_placeholder, placeholder
-    from .certified.serialisation import enclosure_from_wire
 
     tasks = tasks_of(weights)
     parts = engine.map(enclose_task, [(source, layer, idx) for layer, idx in tasks],
                        weights=[len(idx) for _, idx in tasks], progress=progress)
     out: list = [None] * len(weights.matrices)
     mats = list(weights.matrices)
-    for (_, idx), (wires, zero) in zip(tasks, parts):
-        for j, w, (left_zero, right_zero) in zip(idx, wires, zero):
-            out[j] = enclosure_from_wire(w)
+    for (_, idx), (encs, zero) in zip(tasks, parts):
+        for j, enc, (left_zero, right_zero) in zip(idx, encs, zero):
+            out[j] = enc
             m = mats[j]
             if is_placeholder(m.left):
                 right = None if m.right is None else placeholder(m.right.shape, 0.0 if right_zero else 1.0)
@@ -312,16 +437,22 @@ def enclose_on(engine, source: Source, weights, progress=None) -> tuple[list, An
     return out, replace(weights, matrices=tuple(mats))
 
 
-def spectra_of(engine, source: Source, weights, dtype: str = "float64", progress=None):
-    """The :class:`specbound.numeric.spectra.Spectra` of ``weights`` computed by ``engine``'s tasks."""
+def spectra_of(engine: Engine, source: Source, weights, dtype: str = "float64", device="cpu", progress=None):
+    """The :class:`specbound.numeric.spectra.Spectra` of ``weights`` computed by ``engine``'s tasks:
+    one per layer and kind on the CPU (one layer held at a time), one of the whole model on a torch
+    ``device`` (batched by shape across layers; the values stay on the device)."""
     import numpy as np
 
     from .numeric.spectra import Spectra
 
+    count = len(weights.matrices)
+    if str(device) != "cpu":
+        (parts,) = engine.map(spectra_task, [(source, None, tuple(range(count)), dtype, device)],
+                              weights=[count], progress=progress)
+        return Spectra(tuple(weights.matrices), *parts)
     tasks = tasks_of(weights)
     parts = engine.map(spectra_task, [(source, layer, idx, dtype) for layer, idx in tasks],
                        weights=[len(idx) for _, idx in tasks], progress=progress)
-    count = len(weights.matrices)
     width = max((min(m.shape) for m in weights.matrices), default=0)
     values = np.zeros((count, width), dtype=np.float64)
     counts = np.zeros(count, dtype=np.int64)
@@ -333,13 +464,13 @@ def spectra_of(engine, source: Source, weights, dtype: str = "float64", progress
     return Spectra(tuple(weights.matrices), values, counts, frob, n21, n11)
 
 
-def ramp_blocks(engine, source: Source, data, progress: Callable[[int], None] | None = None):
-    """A ``map_blocks`` for :func:`specbound.certified.ramp_loss.certified_ramp_loss`: the Arb
+def ramp_blocks(engine: Engine, source: Source, data, progress: Callable[[int], None] | None = None):
+    """The ``map_blocks`` of :func:`specbound.certified.ramp_loss.certified_ramp_loss`: the Arb
     forward pass over chunks of samples as ``engine`` tasks (partials in chunk order)."""
     from .certified.serialisation import arb_to_wire
 
     def run(chunks: list[list[int]], rho, prec: int) -> list:
-        future_data = engine.client.scatter(data, broadcast=False) if engine.distributed else data
+        shared = engine.share(data)
         rho_wire = arb_to_wire(rho)
         done = [0]
 
@@ -349,11 +480,11 @@ def ramp_blocks(engine, source: Source, data, progress: Callable[[int], None] | 
                 if progress is not None:
                     progress(done[0])
 
-        return engine.map(ramp_task, [(source, future_data, rho_wire, prec, tuple(c)) for c in chunks],
+        return engine.map(ramp_task, [(source, shared, rho_wire, prec, tuple(c)) for c in chunks],
                           weights=[len(c) for c in chunks], progress=_Counter())
 
     return run
 
 
-__all__ = ["DaskEngine", "InProcess", "Source", "add_engine_arguments", "enclose_on", "engine_of_args",
-           "open_engine", "ramp_blocks", "source_of", "spectra_of", "tasks_of"]
+__all__ = ["DaskEngine", "Engine", "InProcess", "LocalPool", "Source", "add_engine_arguments", "enclose_on",
+           "engine_options", "open_engine", "ramp_blocks", "source_of", "spectra_of", "tasks_of"]

@@ -1,7 +1,8 @@
 """The Python API behind ``specbound certify``: checkpoint -> certified bound.
 
-:func:`certify` mirrors the command line.  Steps: load the weights; enclose every covered matrix's
-singular values (:mod:`specbound.certified`); choose a plan (the float planner
+:func:`certify` mirrors the command line.  Steps: read the model's structure (the whole model only
+when a certified forward pass needs it); enclose every covered matrix's singular values
+(:mod:`specbound.certified`) as tasks of the engine (:mod:`specbound.engine`); choose a plan (the float planner
 ``specbound.numeric.planner.choose_plan``); certify the empirical ramp loss at the plan's margin
 (the source resolved by :func:`specbound.empirical.resolve`: data file, fresh samples of the model's
 recorded task, or the user's number -- flagged as not certified); evaluate the theorem in Arb
@@ -162,6 +163,7 @@ def certify(
     show_progress: bool = False,
     forward: str = FORWARD_FAST,
     engine=None,
+    scheduler: str | None = None,
 ) -> CertifyResult:
     """Certify the bound of ``checkpoint`` (None: the embedded default), like ``specbound certify``.
 
@@ -172,23 +174,31 @@ def certify(
     else none (only complexity + confidence are certified; needs n).  ``settings`` (a
     BoundSettings) replaces n/delta/margin/empirical/readout.  ``forward`` is the certified forward
     pass of the empirical term: "fast" (default, proofs_notes/fast_forward.md) or "arb".
-    ``engine`` (:func:`specbound.engine.open_engine`; None: in process) runs the enclosures and the
-    Arb forward passes as tasks on a cluster; the client then builds the structure only (and the
-    weights themselves only when a certified forward pass needs them), and the certificate is the
-    same.
+
+    The enclosures and the Arb forward passes run as tasks of one engine
+    (:func:`specbound.engine.open_engine`): in process by default, on ``workers`` processes of this
+    machine (N >= 2: a local pool), on the Dask cluster at ``scheduler``, or on an ``engine`` the
+    caller opened; the certificate is the same on each.  The client builds the structure only (the
+    tasks read one layer each), and the whole model only when a certified forward pass needs it.
     """
+    from specbound.engine import open_engine
+
+    with open_engine(workers=workers, scheduler=scheduler, engine=engine) as eng:
+        return _certify(eng, checkpoint, settings, data, n=n, delta=delta, margin=margin, empirical=empirical,
+                        samples=samples, seed=seed, num_heads=num_heads, readout=readout, plan=plan,
+                        show_progress=show_progress, forward=forward)
+
+
+def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical, samples, seed, num_heads,
+             readout, plan, show_progress, forward) -> CertifyResult:
+    """:func:`certify` on ``engine``."""
+    from specbound.engine import enclose_on, ramp_blocks, source_of
+
     clock = {}
     notes = {}
     t0 = time.perf_counter()
     refuse_outside_theorem(checkpoint)  # from the header: before any tensor is read
-    distributed = engine is not None and engine.distributed
-    if distributed:
-        from specbound.engine import source_of
-
-        weights = load_layers(checkpoint, (), num_heads=num_heads)  # the structure: no layer is read
-        task_source = source_of(checkpoint, num_heads=num_heads, view=VIEW_ANALYSIS, sha256=weights.sha256)
-    else:
-        weights = load_weights(checkpoint, num_heads=num_heads)
+    weights = load_layers(checkpoint, (), num_heads=num_heads)  # the structure: no layer is read
     if settings is not None:
         n, delta, margin, empirical, readout = (settings.n, settings.delta, settings.margin,
                                                 settings.empirical, settings.readout)
@@ -198,19 +208,16 @@ def certify(
         settings = BoundSettings(n=int(n), delta=delta, margin=margin, empirical=empirical, readout=readout)
     elif settings.n != n:
         settings = replace(settings, n=int(n))
-    if distributed and dataset is not None:
+    if dataset is not None:
         # the certified forward pass reads every layer: the client needs the weights themselves
         weights = load_weights(checkpoint, num_heads=num_heads)
+    task_source = source_of(checkpoint, num_heads=num_heads, view=VIEW_ANALYSIS, sha256=weights.sha256,
+                            built=weights if dataset is not None else None)
     clock["load"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
     with progress_bar(len(weights.matrices), "enclosing singular values", enabled=show_progress) as bar:
-        if distributed:
-            from specbound.engine import enclose_on
-
-            encs, weights = enclose_on(engine, task_source, weights, progress=bar)
-        else:
-            encs = enclose_all(weights, progress=bar)
+        encs, weights = enclose_on(engine, task_source, weights, progress=bar)
     clock["enclose"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()
@@ -236,13 +243,9 @@ def certify(
             bar.advance(k - done[0])
             done[0] = k
 
-        blocks = None
-        if distributed and dataset is not None:
-            from specbound.engine import ramp_blocks
-
-            blocks = ramp_blocks(engine, task_source, dataset, progress=advance)
-        emp_ball, ramp = empirical_ball(weights, source, dataset, rho, workers=workers, progress=advance,
-                                        forward=forward, fast=fast, map_blocks=blocks)
+        blocks = ramp_blocks(engine, task_source, dataset, progress=advance)
+        emp_ball, ramp = empirical_ball(weights, source, dataset, rho, progress=advance, forward=forward,
+                                        fast=fast, map_blocks=blocks)
     if ramp is not None:
         source = replace(source, ramp=ramp)
     clock["empirical"] = time.perf_counter() - t3

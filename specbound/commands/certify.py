@@ -165,20 +165,16 @@ def print_result(result) -> None:
 def run(args: argparse.Namespace) -> int:
     from specbound.certified.certificate import to_json
     from specbound.pipeline import certify
+    from specbound.engine import engine_options
     from specbound.progress import should_show
 
-    from specbound.engine import engine_of_args
-
     kw = _settings_kwargs(args)
+    engine = engine_options(args)
     _check_destination(args)
-    if args.cross_check and (args.workers is not None or args.scheduler is not None):
-        raise SpecboundError("--cross-check runs in process: give it without --workers/--scheduler")
-    with engine_of_args(args) as engine:
-        result = certify(args.checkpoint, data=args.data, show_progress=should_show(args.json), engine=engine,
-                         **kw)
+    result = certify(args.checkpoint, data=args.data, show_progress=should_show(args.json), **engine, **kw)
     cert = to_json(result)
     if args.cross_check:
-        cert["cross_check"] = _cross_check(result)
+        cert["cross_check"] = _cross_check(result, args.checkpoint, kw["num_heads"])
     if args.out is not None:
         _write(args.out, cert)
     if args.json:
@@ -210,8 +206,9 @@ def _write(path, cert) -> None:
     write_json_atomic(path, cert)
 
 
-def _cross_check(result) -> dict:
-    """Fast float path (numeric.bound.evaluate) at the same plan vs the certified balls."""
+def _cross_check(result, checkpoint, num_heads) -> dict:
+    """Fast float path (numeric.bound.evaluate) at the same plan vs the certified balls (on the
+    whole model: the certify run may have held its structure only)."""
     from dataclasses import replace
 
     try:
@@ -225,6 +222,12 @@ def _cross_check(result) -> dict:
     st = b.settings
     if st.empirical is None and b.empirical is not None:
         st = replace(st, empirical=min(1.0, float_upper(b.empirical)))
-    numeric = evaluate(result.weights, st, b.plan)
+    from specbound.adapters.helpers import is_placeholder
+    from specbound.checkpoint import load_weights
+
+    weights = result.weights
+    if any(is_placeholder(m.left) for m in weights.matrices):
+        weights = load_weights(checkpoint, num_heads=num_heads)
+    numeric = evaluate(weights, st, b.plan)
     rep = crosscheck(numeric, b, result.enclosures)
     return {"ok": rep.ok, "checked": rep.checked, "summary": rep.summary()}

@@ -84,7 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     b.add_argument("--margin", type=float, default=None, metavar="RHO",
                    help="margin rho (default: chosen by the planner on the grid 2^k)")
     b.add_argument("--delta", type=float, default=0.05, help="failure probability of the bound (default 0.05)")
-    b.add_argument("--workers", type=int, default=2, help="processes for the certified forward passes (default 2)")
+    b.add_argument("--workers", type=int, default=2,
+                   help="processes that certify: 1 is this process, N >= 2 a local pool of N worker processes "
+                        "(default 2)")
     run.add_argument("--save", metavar="CKPT", help="also save the trained model (safetensors) and CKPT.json")
     run.add_argument("--out", metavar="FILE", help="write the full result as JSON")
     run.add_argument("--json", action="store_true", help="print one JSON object instead of text")

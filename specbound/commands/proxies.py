@@ -28,51 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_arguments(parser)
 
 
-def device_of(name: str):
-    """``"cpu"`` (the numpy path), else the torch device for ``--device``, as a one-line
-    SpecboundError if it cannot be used."""
-    if name == "cpu":
-        return "cpu"
-    from specbound.numeric.spectra import resolve_device
-
-    try:
-        return resolve_device(name)
-    except ValueError as exc:
-        raise SpecboundError(str(exc)) from None
-
-
-def load(args: argparse.Namespace, view: str = "analysis"):
-    from specbound.checkpoint import load_weights
-
-    return load_weights(args.checkpoint, num_heads=getattr(args, "num_heads", None), view=view)
-
-
 def weights_and_spectra(args: argparse.Namespace, view: str, *, dtype: str = "float64", json_output: bool = False):
-    """(weights, float spectra) for spectra and proxies: in process, or by the tasks of the engine of
-    ``--workers`` / ``--scheduler`` (then the weights returned are the structure only: the workers
-    read the layers)."""
-    from specbound.engine import engine_of_args, source_of, spectra_of
-    from specbound.numeric.spectra import spectra_on
-    from specbound.progress import progress_bar
+    """(weights, float spectra) for spectra and proxies: :func:`specbound.api.weights_and_spectra`,
+    the path of the API too, on the engine of ``--workers`` / ``--scheduler``."""
+    from specbound.api import weights_and_spectra as job
+    from specbound.engine import engine_options
+    from specbound.progress import should_show
 
-    device = device_of(args.device)
-    with engine_of_args(args) as engine:
-        if not engine.distributed and device != "cpu":
-            weights = load(args, view=view)
-            with progress_bar(len(weights.matrices), "singular values", enabled=not json_output) as bar:
-                return weights, spectra_on(weights, device=device, dtype=dtype, progress=bar)
-        if device != "cpu":
-            raise SpecboundError("--workers/--scheduler compute on the workers' CPUs: give them without --device")
-        # on CPU, in process too: the same layer-wise tasks as on a cluster, run here in order, so
-        # that one layer's weights are held at a time (peak memory: the structure, one layer and
-        # its products, whatever the depth), with the same values as the whole-model computation
-        from specbound.checkpoint import load_layers
-
-        num_heads = getattr(args, "num_heads", None)
-        weights = load_layers(args.checkpoint, (), num_heads=num_heads, view=view)
-        source = source_of(args.checkpoint, num_heads=num_heads, view=view, sha256=weights.sha256)
-        with progress_bar(len(weights.matrices), "singular values", enabled=not json_output) as bar:
-            return weights, spectra_of(engine, source, weights, dtype=dtype, progress=bar)
+    return job(args.checkpoint, view=view, num_heads=getattr(args, "num_heads", None), dtype=dtype,
+               device=args.device, show_progress=should_show(json_output), **engine_options(args))
 
 
 def check_destinations(args: argparse.Namespace) -> None:

@@ -42,6 +42,7 @@ class ExperimentConfig:
     bound_seed: int = BOUND_SAMPLE_SEED
     test_seed: int = TEST_SEED
     workers: int = 1
+    """Processes that certify (:func:`specbound.engine.open_engine`): 1 is this one, N >= 2 a local pool."""
 
     def __post_init__(self) -> None:
         if self.sample not in SAMPLES:

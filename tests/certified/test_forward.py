@@ -467,15 +467,29 @@ def test_a_hopelessly_wide_ball_contributes_at_most_one():
     assert 0 <= cert.lower <= cert.upper <= 1
 
 
-def test_workers_give_the_identical_certificate():
+@pytest.mark.parametrize("forward", ["arb", "fast"])
+def test_blocks_run_elsewhere_give_the_identical_certificate(forward):
+    # an engine's map_blocks may split the samples and run the blocks in any order: the partial sums
+    # are exact, so the certificate is the one of the single block run here
+    from specbound.certified.ramp_loss import _block_of
+
     rng = np.random.default_rng(8)
     w = make_weights(rng, L=1, H=2, N=3, d=2, F=3, activation="gelu")
     X, y = _labelled_inputs(rng, w, 9, 3)
     data = dataset_from_arrays(y, inputs=X)
-    one = certified_ramp_loss(w, data, 0.5)
-    two = certified_ramp_loss(w, data, 0.5, workers=2)
+    calls = []
+
+    def map_blocks(chunks, rho, prec):
+        calls.append([list(c) for c in chunks])
+        done = {i: _block_of(w, data, rho, None, prec, c) for i, c in reversed(list(enumerate(chunks)))}
+        return [done[i] for i in range(len(chunks))]
+
+    one = certified_ramp_loss(w, data, 0.5, forward=forward)
+    two = certified_ramp_loss(w, data, 0.5, forward=forward, map_blocks=map_blocks)
     assert one.upper == two.upper and one.lower == two.lower
-    assert (one.undecided, one.errors01) == (two.undecided, two.errors01)
+    assert (one.undecided, one.errors01, one.redone) == (two.undecided, two.errors01, two.redone)
+    if forward == "arb":
+        assert calls and sorted(i for c in calls[0] for i in c) == list(range(9))
 
 
 @pytest.mark.parametrize("rho", [0.0, -1.0, "0 +/- 1", float("nan")])

@@ -315,9 +315,9 @@ def _alive(pid: int) -> bool:
 ])
 def test_signals_leave_no_worker_behind(sig, rc, line):
     exe = Path(sys.executable).with_name("specbound")
-    # --forward arb: the Arb pass is the one that runs in worker processes
-    proc = subprocess.Popen([str(exe), "certify", "--samples", "4000", "--forward", "arb"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    # --workers 2: a local pool of two worker processes; --forward arb: a long run of tasks on it
+    proc = subprocess.Popen([str(exe), "certify", "--samples", "4000", "--forward", "arb", "--workers", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
         kids: list[int] = []
@@ -325,7 +325,7 @@ def test_signals_leave_no_worker_behind(sig, rc, line):
             kids = _children(proc.pid)
             time.sleep(0.2)
         if len(kids) < 2:
-            pytest.skip("the certified forward pass did not start worker processes here")
+            pytest.skip("the local pool did not start worker processes here")
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:

@@ -1,7 +1,8 @@
-"""The execution engine (specbound.engine): tasks, partial builds, and one local Dask cluster.
+"""The execution engine (specbound.engine): tasks, partial builds, and the three engines.
 
-The cluster tests compare a run on a 2-worker ``LocalCluster`` with the in-process run of the same
-command: the certificate (and the spectra and proxies documents) must be identical byte for byte.
+The engine tests compare a run on the local pool (``workers=2``) and on a 2-worker Dask
+``LocalCluster`` (``scheduler=``) with the in-process run of the same command: the certificate (and
+the spectra and proxies documents) must be identical byte for byte.
 """
 
 from __future__ import annotations
@@ -81,29 +82,74 @@ def test_tasks_cover_every_matrix_once_in_canonical_order(tmp_path):
         assert len({weights.matrices[j].kind for j in idx}) == 1
 
 
-def test_in_process_engine_runs_in_order_with_progress():
+def test_task_enclosures_pickle_in_their_exact_wire_form(tmp_path):
+    import pickle
+
+    from specbound.engine import _Enclosures, enclose_task, source_of
+
+    path = gpt2_folder(tmp_path / "g")
+    weights = load_layers(path, ())
+    layer, idx = tasks_of(weights)[0]
+    encs, _ = enclose_task(source_of(path, num_heads=None, view="analysis", sha256=weights.sha256), layer, idx)
+    back = pickle.loads(pickle.dumps(encs))
+    assert isinstance(back, _Enclosures) and len(back) == len(encs) == len(idx)
+    for a, b in zip(encs, back):
+        for x, y in zip(a.lower + a.upper, b.lower + b.upper):
+            assert x.mid() == y.mid() and x.rad() == y.rad()  # bit for bit, not just overlapping
+
+
+def test_in_process_engine_runs_in_order_with_progress_task_by_task():
     seen = []
 
     class Bar:
         def advance(self, k):
-            seen.append(k)
+            seen.append(("done", k))
+
+    def task(x, y):
+        seen.append(("run", x))
+        return x**y
 
     engine = InProcess()
-    assert engine.map(pow, [(2, 3), (3, 2)], weights=[5, 7], progress=Bar()) == [8, 9]
-    assert seen == [5, 7]
+    assert engine.map(task, [(2, 3), (3, 2)], weights=[5, 7], progress=Bar()) == [8, 9]
+    # progress advances after each task, before the next one runs (one task in flight)
+    assert seen == [("run", 2), ("done", 5), ("run", 3), ("done", 7)]
 
 
-@pytest.mark.parametrize("command", ["spectra", "proxies"])
-def test_cpu_spectra_in_process_read_one_layer_at_a_time(capsys, tmp_path, monkeypatch, command):
-    # without a cluster, spectra and proxies on CPU run the same layer-wise tasks in process: the
-    # whole model is never built (peak memory one layer), and the document is the one the
-    # whole-model computation gives
-    import specbound.checkpoint as checkpoint
-    import specbound.engine as engine
+def test_in_process_errors_propagate_as_raised():
+    with pytest.raises(ValueError, match="no value for 1"):  # a bug keeps its own type and traceback
+        InProcess().map(_broken, [(1,), (2,)])
+
+
+@pytest.mark.parametrize("how", ["cli spectra", "cli proxies", "api spectra", "api proxies"])
+def test_cpu_spectra_in_process_read_one_layer_at_a_time(capsys, tmp_path, monkeypatch, how):
+    # spectra and proxies on CPU run the layer-wise tasks in process, from the command and from the
+    # API alike: the whole model is never built (peak memory one layer), and the values are those of
+    # the whole-model computation
+    import specbound
     from specbound.numeric.spectra import compute_spectra_numpy
 
     folder = gpt2_folder(tmp_path)
     whole = compute_spectra_numpy(load_weights(folder))
+    built = _spy_on_builds(monkeypatch)
+    command = how.split()[1]
+    if how.startswith("cli"):
+        assert main([command, str(folder), "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+    else:
+        doc = getattr(specbound, command)(str(folder)).to_dict()
+    assert sorted(set(built)) == [()] + [(l,) for l in range(L)]
+    if command == "spectra":
+        assert [row["spectral"] for row in doc["matrices"]] == whole.values[:, 0].tolist()
+        assert [row["norm_11"] for row in doc["matrices"]] == whole.norm_11.tolist()
+
+
+def _spy_on_builds(monkeypatch) -> list:
+    """Record the layers of every partial build; a whole-model build fails the test."""
+    import specbound.api  # noqa: F401 - imported before the patch: it binds load_weights by name
+    import specbound.checkpoint as checkpoint
+    import specbound.engine as engine
+    import specbound.pipeline as pipeline
+
     built: list = []
     real = checkpoint.load_layers
 
@@ -114,22 +160,29 @@ def test_cpu_spectra_in_process_read_one_layer_at_a_time(capsys, tmp_path, monke
     def refuse(*a, **k):
         raise AssertionError("the whole model was built")
 
-    monkeypatch.setattr(checkpoint, "load_weights", refuse)
-    monkeypatch.setattr(checkpoint, "load_layers", spy)
+    for module in (checkpoint, pipeline):
+        monkeypatch.setattr(module, "load_weights", refuse)
+        monkeypatch.setattr(module, "load_layers", spy)
     monkeypatch.setattr(engine, "_CACHE", {})
-    assert main([command, str(folder), "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    return built
+
+
+def test_certify_without_data_reads_one_layer_at_a_time_in_process_too(tmp_path, monkeypatch):
+    from specbound.pipeline import certify
+
+    folder = gpt2_folder(tmp_path)
+    expected = _certificate(checkpoint=folder, n=10**6)
+    built = _spy_on_builds(monkeypatch)
+    assert json.dumps(_to_json(certify(folder, n=10**6)), indent=2) == expected
     assert sorted(set(built)) == [()] + [(l,) for l in range(L)]
-    if command == "spectra":
-        assert [row["spectral"] for row in doc["matrices"]] == whole.values[:, 0].tolist()
-        assert [row["norm_11"] for row in doc["matrices"]] == whole.norm_11.tolist()
 
 
-def test_no_cluster_means_no_dask_import():
+def test_no_engine_means_no_dask_import():
     import subprocess
     import sys
 
     code = ("import sys; from specbound.cli import main; main(['certify', '--samples', '50', '--json']); "
+            "main(['certify', '--samples', '50', '--json', '--workers', '2']); "
             "print('DASK' if any(m.split('.')[0] in ('dask', 'distributed') for m in sys.modules) else 'CLEAN')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("CLEAN")
@@ -138,7 +191,6 @@ def test_no_cluster_means_no_dask_import():
 @pytest.mark.parametrize("argv, needle", [
     (["--workers", "0"], "--workers must be >= 1"),
     (["--workers", "two"], "--workers must be an integer"),
-    (["--workers", "2", "--cross-check"], "--cross-check runs in process"),
 ])
 def test_engine_options_are_checked_in_one_line(capsys, argv, needle):
     assert main(["certify", "--samples", "10", *argv]) == 2
@@ -146,20 +198,65 @@ def test_engine_options_are_checked_in_one_line(capsys, argv, needle):
     assert len(err) == 1 and needle in err[0]
 
 
+@pytest.mark.parametrize("options, needle", [
+    (dict(workers=0), "workers must be an integer >= 1, got 0"),
+    (dict(workers=2.5), "workers must be an integer >= 1, got 2.5"),
+    (dict(workers=2, scheduler="tcp://127.0.0.1:9"), "give one of workers / scheduler, not several"),
+    (dict(workers=2, engine=InProcess()), "give one of engine / workers, not several"),
+])
+def test_api_engine_options_are_checked_in_one_line(options, needle):
+    from specbound.pipeline import certify
+
+    with pytest.raises(SpecboundError) as info:
+        certify(samples=10, **options)
+    assert str(info.value) == needle
+
+
 def test_unreachable_scheduler_is_one_line(capsys):
     assert main(["certify", "--samples", "10", "--scheduler", "tcp://127.0.0.1:9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "cannot start the scheduler at tcp://127.0.0.1:9" in err[0]
+    assert len(err) == 1 and "cannot reach the scheduler at tcp://127.0.0.1:9" in err[0]
 
 
-# ------------------------------------------------------------------------------------------------ one cluster
+def test_in_memory_weights_on_workers_are_refused_in_one_line(tmp_path):
+    import specbound
+
+    state = {k: v for k, v in gpt2_tensors().items()}
+    with pytest.raises(SpecboundError) as info:
+        specbound.spectra(state, num_heads=H, workers=2)
+    assert str(info.value) == ("workers open the checkpoint by its path: in-memory weights run in process "
+                               "(without workers or a scheduler)")
+
+
+# ------------------------------------------------------------------------------------------------ engines
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    pytest.importorskip("distributed")
+def pool():
     with open_engine(workers=2) as engine:
         yield engine
+
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    """A 2-worker Dask LocalCluster of single-threaded processes (the test's, not the engine's)."""
+    distributed = pytest.importorskip("distributed")
+    import logging
+
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                                  silence_logs=logging.ERROR) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def dask(dask_cluster):
+    with open_engine(scheduler=dask_cluster.scheduler_address) as engine:
+        yield engine
+
+
+@pytest.fixture(params=["pool", "dask"])
+def engine(request):
+    return request.getfixturevalue(request.param)
 
 
 def _broken(x):
@@ -170,40 +267,60 @@ def _refused(x):
     raise NonFiniteError(f"tensor {x} has 1 NaN/Inf entry")
 
 
-def test_a_failing_task_ends_in_one_error_line(cluster):
+def test_a_failing_task_ends_in_one_error_line(engine):
     with pytest.raises(SpecboundError) as info:
-        cluster.map(_broken, [(1,), (2,)])
+        engine.map(_broken, [(1,), (2,)])
     text = str(info.value)
     assert "\n" not in text and "_broken failed on a worker: ValueError: no value for" in text
     with pytest.raises(NonFiniteError, match="tensor 3 has 1 NaN/Inf entry"):  # the task's own error, as raised
-        cluster.map(_refused, [(3,)])
+        engine.map(_refused, [(3,)])
+    assert engine.map(pow, [(2, 5)]) == [32]  # and the engine still runs tasks afterwards
 
 
-def test_cluster_results_come_back_in_order(cluster):
-    assert cluster.map(pow, [(2, k) for k in range(10)]) == [2**k for k in range(10)]
+def _die(x):
+    import os
+
+    os._exit(3)  # as a worker killed by the kernel would: no exception, no cleanup
+
+
+def test_a_pool_worker_that_dies_ends_in_one_line_and_the_pool_starts_again(pool):
+    with pytest.raises(SpecboundError) as info:
+        pool.map(_die, [(1,)])
+    assert str(info.value).startswith("_die: a worker died on this task (out of memory?)")
+    assert "\n" not in str(info.value)
+    assert pool.map(pow, [(3, 2)]) == [9]
+
+
+def test_results_come_back_in_order(engine):
+    assert engine.map(pow, [(2, k) for k in range(10)]) == [2**k for k in range(10)]
+
+
+def _to_json(result) -> dict:
+    from specbound.certified.certificate import to_json
+
+    return to_json(result)
 
 
 def _certificate(**kw) -> str:
-    from specbound.certified.certificate import to_json
     from specbound.pipeline import certify
 
-    return json.dumps(to_json(certify(**kw)), indent=2)
+    return json.dumps(_to_json(certify(**kw)), indent=2)
 
 
 @pytest.mark.parametrize("forward, samples", [("fast", 400), ("arb", 24)])
-def test_cluster_certificate_is_identical_to_the_in_process_one(cluster, forward, samples):
+def test_certificate_is_byte_identical_in_process_on_the_pool_and_on_dask(engine, forward, samples):
     here = _certificate(samples=samples, forward=forward)
-    there = _certificate(samples=samples, forward=forward, engine=cluster)
+    there = _certificate(samples=samples, forward=forward, engine=engine)
     assert there == here
     assert json.loads(here)["result"]["is_bound"]
 
 
-def test_cluster_certificate_of_a_sharded_style_folder(cluster, tmp_path):
+def test_certificate_of_a_sharded_style_folder_is_byte_identical(engine, tmp_path):
     path = gpt2_folder(tmp_path / "g")
-    assert _certificate(checkpoint=path, n=10**6, engine=cluster) == _certificate(checkpoint=path, n=10**6)
+    assert _certificate(checkpoint=path, n=10**6, engine=engine) == _certificate(checkpoint=path, n=10**6)
 
 
-def test_cluster_bad_tensor_is_the_same_one_line_error(cluster, tmp_path):
+def test_a_bad_tensor_is_the_same_one_line_error(engine, tmp_path):
     tensors = gpt2_tensors()
     tensors["transformer.h.2.mlp.c_fc.weight"][0, 0] = np.inf
     path = gpt2_folder(tmp_path / "g", tensors)
@@ -212,65 +329,60 @@ def test_cluster_bad_tensor_is_the_same_one_line_error(cluster, tmp_path):
     with pytest.raises(NonFiniteError) as here:
         certify(path, n=1000)
     with pytest.raises(NonFiniteError) as there:
-        certify(path, n=1000, engine=cluster)
+        certify(path, n=1000, engine=engine)
     assert str(there.value) == str(here.value)
 
 
-@pytest.mark.parametrize("command", ["spectra", "proxies"])
-def test_cluster_spectra_and_proxies_are_identical(capsys, cluster, tmp_path, command, monkeypatch):
-    import specbound.engine as engine_module
-
+@pytest.mark.parametrize("command", ["spectra", "proxies", "certify"])
+def test_commands_print_the_same_bytes_on_every_engine(capsys, dask_cluster, tmp_path, command):
     path = str(gpt2_folder(tmp_path / "g"))
-    assert main([command, path, "--json"]) == 0
-    here = capsys.readouterr().out
-    # the command opens its own engine: hand it the module's cluster instead of starting another
-    from contextlib import contextmanager
-
-    @contextmanager
-    def reuse(args):
-        yield cluster
-
-    monkeypatch.setattr(engine_module, "engine_of_args", reuse)
-    assert main([command, path, "--json", "--workers", "2"]) == 0
-    assert capsys.readouterr().out == here
+    more = ["--n", "1000000"] if command == "certify" else []
+    outputs = []
+    for options in ([], ["--workers", "2"], ["--scheduler", dask_cluster.scheduler_address]):
+        assert main([command, path, "--json", *more, *options]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[1] == outputs[0] and outputs[2] == outputs[0]
 
 
-def test_api_spectra_and_proxies_on_the_cluster(cluster, tmp_path):
+def test_api_spectra_and_proxies_on_every_engine(engine, tmp_path):
     import specbound
 
     path = str(gpt2_folder(tmp_path / "g"))
-    assert specbound.spectra(path, engine=cluster).to_dict(values=True) == specbound.spectra(path).to_dict(values=True)
-    assert specbound.proxies(path, engine=cluster).to_dict() == specbound.proxies(path).to_dict()
+    assert specbound.spectra(path, engine=engine).to_dict(values=True) == specbound.spectra(path).to_dict(values=True)
+    assert specbound.proxies(path, engine=engine).to_dict() == specbound.proxies(path).to_dict()
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, rc, line", [(15, 143, "specbound: terminated"), (2, 130, "specbound: interrupted")])
-def test_signals_leave_no_cluster_worker_behind(sig, rc, line):
+def test_signals_end_a_run_on_a_scheduler_in_one_line(dask_cluster, sig, rc, line):
+    # the command is a client of the cluster: a signal ends it in one line, its tasks are cancelled,
+    # and the cluster (the user's) keeps its workers
     import subprocess
     import sys
     import time
 
-    from .test_bad_input_cli import _alive, _children
+    from distributed import Client
 
-    proc = subprocess.Popen([sys.executable, "-m", "specbound", "certify", "--samples", "400", "--forward", "arb",
-                             "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        kids: set[int] = set()
-        while time.monotonic() < deadline and len(kids) < 3 and proc.poll() is None:
-            kids = set(_children(proc.pid))
+    with Client(dask_cluster.scheduler_address, timeout=30) as watcher:
+        proc = subprocess.Popen([sys.executable, "-m", "specbound", "certify", "--samples", "400", "--forward", "arb",
+                                 "--scheduler", dask_cluster.scheduler_address],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and proc.poll() is None and not any(watcher.processing().values()):
+                time.sleep(0.2)
+            if proc.poll() is not None or not any(watcher.processing().values()):
+                pytest.skip("no task reached the cluster here")
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == rc
+        assert err.decode().strip().splitlines() == [line]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(watcher.processing().values()):
             time.sleep(0.2)
-        if len(kids) < 3:
-            pytest.skip("the local cluster did not start here")
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(_alive(k) for k in kids):
-        time.sleep(0.1)
-    assert not any(_alive(k) for k in kids), "a cluster process outlived the command"
-    assert proc.returncode == rc
-    assert err.decode().strip().splitlines() == [line]
+        assert not any(watcher.processing().values()), "the command's tasks outlived it"
+        assert len(watcher.scheduler_info()["workers"]) == 2
