@@ -7,6 +7,8 @@
    centres per weight), is counted (log of the count <= the derivation's H_theta) and checked by brute
    force: every sampled network of the class is within gamma/2 of its centre network at every sampled
    input, through a forward pass of the analysis model written here in numpy.
+3. The bound from its parts: C of 1, K^ from certified margin enclosures (certified/margins.py
+   count_upper), BinInv from certified/binomial.py, against a float64 recomputation from the definition.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import pytest
 import sympy as sp
 from flint import arb, fmpq
 
+from specbound.certified.binomial import bininv_upper
+from specbound.certified.margins import MarginEnclosures, count_upper, from_center_radius
 from specbound.derivation import symbols as S
 from specbound.derivation.backends import compile_expr
 from specbound.derivation.routes import assemble_occam
@@ -212,3 +216,62 @@ def test_scalar_centres_are_internal_and_cover_their_interval(key):
     grid = np.linspace(-SC[key], SC[key], 20001)
     assert np.abs(c).max() <= SC[key]
     assert np.abs(grid[:, None] - c[None, :]).min(axis=1).max() <= eps[key] * (1 + 1e-12)
+
+
+# ------------------------------------------------------------------------------- 3. the bound from its parts
+
+
+def _float_log_cdf(n: int, k: int, p: float) -> float:
+    """log P(Bin(n, p) <= k) in float64 (log-sum-exp of the k + 1 terms)."""
+    logs = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * math.log(p)
+            + (n - i) * math.log1p(-p) for i in range(k + 1)]
+    top = max(logs)
+    return top + math.log(sum(math.exp(v - top) for v in logs))
+
+
+def _float_bininv(n: int, k: int, C: float) -> float:
+    """BinInv(n, k, e^-C) recomputed in float64 from its definition, by bisection (no code under test)."""
+    if k == n:
+        return 1.0
+    if k == 0:
+        return -math.expm1(-C / n)
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if mid in (lo, hi):
+            break
+        lo, hi = (mid, hi) if _float_log_cdf(n, k, mid) + C > 0 else (lo, mid)
+    return lo
+
+
+def _synthetic_margins(n: int, gamma: float, seed: int):
+    """True margins, float centres within 0.03 of them, and certified enclosures (radius 0.05; the last
+    three samples not certified)."""
+    rng = np.random.default_rng(seed)
+    true = rng.normal(2.0, 1.0, n)
+    true[:12] = gamma - rng.uniform(0, 0.02, 12)  # at or just below the margin: must count
+    noise = rng.uniform(-0.03, 0.03, n)
+    radius = np.full(n, 0.05)
+    enc = from_center_radius(true + noise, radius)
+    lo, hi = enc.lower.copy(), enc.upper.copy()
+    lo[-3:], hi[-3:] = -np.inf, np.inf  # three samples the pass could not certify
+    return true, MarginEnclosures(lo, hi, "synthetic"), true + noise
+
+
+def test_bound_from_its_parts_agrees_with_an_independent_float_recomputation():
+    _H, C = _arb_mass()
+    n, gamma = 5000, arb(GAMMA)
+    true, enc, _centres_f = _synthetic_margins(n, float(GAMMA.p) / float(GAMMA.q), 5)
+    K = count_upper(enc, gamma)
+    assert K >= int(np.count_nonzero(true <= 0.5)) + 3  # C4: undecided samples count
+    bound = bininv_upper(n, K, C)
+    again = _float_bininv(n, K, float(C.upper().mid()))
+    ours = float(bound.mid())
+    assert again <= ours * (1 + 1e-12) and abs(ours / again - 1) < 0.01, (ours, again)
+
+
+def test_a_float_margin_count_would_undercount():
+    # the mutant "upper count replaced by a float count" (midpoints <= gamma) misses true margins <= gamma
+    true, enc, centres_f = _synthetic_margins(5000, 0.5, 5)
+    float_count = int(np.count_nonzero(centres_f <= 0.5))
+    assert float_count < int(np.count_nonzero(true <= 0.5)) <= count_upper(enc, arb(0.5))
