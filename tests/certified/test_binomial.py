@@ -324,7 +324,7 @@ def test_occam_bound_holds_on_at_least_one_minus_delta_of_simulated_samples():
 
 
 def test_occam_monte_carlo_can_fail_without_the_union_price():
-    # the same check with the level of one classifier (no log M) and the count one too low: must fail
+    # the same check at the level of one classifier (no log M for the union over six): must fail
     C = math.log(1 / DELTA)
-    rate = _occam_failure_rate(lambda k: bininv_upper(N_MC, max(k - 1, 0), C), ERRORS, N_MC, DRAWS, seed=1)
+    rate = _occam_failure_rate(lambda k: bininv_upper(N_MC, k, C), ERRORS, N_MC, DRAWS, seed=1)
     assert rate > DELTA + 3 * math.sqrt(DELTA * (1 - DELTA) / DRAWS), rate
