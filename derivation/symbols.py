@@ -94,3 +94,15 @@ group_sum = sp.Symbol("Sigma_g", positive=True)  #: sum over the heads h of grou
 d_h = sp.Symbol("d_h", positive=True, integer=True)  #: head dimension
 d_ff = sp.Symbol("d_ff", positive=True, integer=True)  #: gated feed-forward width
 n_kv = sp.Symbol("n_kv", positive=True, integer=True)  #: key/value groups per layer
+
+# -- the Occam route (proofs_notes/occam_route.md, binomial_inversion.md) ---------------------------
+gamma_m = sp.Symbol("gamma_m", positive=True)  #: the Occam route's margin gamma = beta_gamma^k_gamma
+k_gamma = sp.Symbol("k_gamma", integer=True)  #: grid index of the margin gamma (the coordinate of k_rho)
+K_hat = sp.Symbol("hat_K", integer=True, nonnegative=True)  #: certified upper margin count K^ >= #{i: y_i f(X_i) <= gamma}
+C_mass = sp.Symbol("C", nonnegative=True)  #: confidence mass C = log(1/d) = H + Lambda + lambda(k) + log(1/delta)
+H_theta = sp.Symbol("H_theta", nonnegative=True)  #: H_theta(gamma): log of the number of centres
+H_sum = sp.Symbol("H_sum", nonnegative=True)  #: sum_j H_j(eps_j) at the Occam scales
+omega = sp.Symbol("omega", nonnegative=True)  #: allocation weight of a matrix (r_j d_j)
+Omega = sp.Symbol("Omega", positive=True)  #: total allocation weight sum_j omega_j + omega_w
+Omega_sum = sp.Symbol("Omega_sum", nonnegative=True)  #: sum_j omega_j
+P_err = sp.Symbol("P_err", nonnegative=True)  #: the risk P(y f(X) <= 0)

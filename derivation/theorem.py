@@ -25,7 +25,7 @@ import sympy as sp
 from specbound.errors import SpecboundError
 from specbound.vocabulary import ACTIVATIONS, LS_VARIANTS, MODEL_VARIANTS, RESIDUAL_VARIANTS
 
-from . import covering, lipschitz, modern_blocks, posthoc, rademacher
+from . import covering, lipschitz, modern_blocks, occam, posthoc, rademacher
 from .lemma import Lemma
 from .symbols import (
     B_phi, B_w, C_sm, D_sum, DD, H_total, J, L_phi, Lambda, Lambda_sum, N, SS, T4_sum, T_sum,
@@ -68,9 +68,9 @@ ANALYSIS_REGISTRY: Mapping[str, Lemma] = MappingProxyType({
     for lem in (*lipschitz.LEMMAS, *covering.LEMMAS, *rademacher.LEMMAS, *posthoc.LEMMAS,
                 balance_single_scale, main_theorem)
 })
-#: every register entry: the analysis model's, then the modern blocks (entries 24-30)
+#: every register entry: the analysis model's, the modern blocks (entries 24-30), the Occam route (31-32)
 REGISTRY: Mapping[str, Lemma] = MappingProxyType(
-    dict(ANALYSIS_REGISTRY) | {lem.name: lem for lem in modern_blocks.LEMMAS})
+    dict(ANALYSIS_REGISTRY) | {lem.name: lem for lem in (*modern_blocks.LEMMAS, *occam.LEMMAS)})
 
 #: the register as shipped (certified/generated.py and numeric/generated.py are printed from it; a
 #: test that swaps a lemma into REGISTRY makes the evaluation layers compile from SymPy instead)
@@ -80,8 +80,9 @@ SHIPPED_REGISTRY = REGISTRY
 MODEL_LEMMAS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "plain": tuple(ANALYSIS_REGISTRY), "residual": tuple(ANALYSIS_REGISTRY),
     "causal": (*ANALYSIS_REGISTRY, "masked_softmax", "score_bias"),
-    **dict.fromkeys(LS_VARIANTS, tuple(REGISTRY)),
+    **dict.fromkeys(LS_VARIANTS, (*ANALYSIS_REGISTRY, *(lem.name for lem in modern_blocks.LEMMAS))),
 })
+"""The Rademacher route's lemma list per variant (the Occam route's: derivation/occam.py)."""
 
 #: overridable lemma constants: name -> (symbol, lemma that proves the default)
 OVERRIDABLE: Mapping[str, tuple[sp.Symbol, str]] = MappingProxyType({

@@ -15,7 +15,7 @@ from tests.derivation.test_register import ALL_ENTRIES
 
 NOTES = Path(__file__).resolve().parents[1] / "proofs_notes"
 
-#: The machine names of the lemma register (entries 1-30), in register order.
+#: The machine names of the lemma register (entries 1-32), in register order.
 MACHINE_NAMES = tuple(ALL_ENTRIES)
 
 REQUIRED_SECTIONS = ("Statement", "Assumptions", "Proof", "Constants", "Implementation hazards",

@@ -1,4 +1,5 @@
-"""``specbound theorem``: print the theorem assembled from the SymPy lemma objects."""
+"""``specbound theorem``: print the theorem assembled from the SymPy lemma objects (``--route``: the
+Rademacher route, the Occam route, or both with delta split)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "Llama style (ls: RoPE, grouped keys, gated feed-forward)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="override a lemma constant (C_sm, L_phi, B_phi), e.g. --set C_sm=2")
+    parser.add_argument("--route", choices=("rademacher", "occam", "both"), default="rademacher",
+                        help="rademacher (default): the main theorem; occam: the union over the cover's "
+                             "centres with a margin count and the binomial tail (--massart/--dudley do not "
+                             "apply); both: each at delta/2, the smaller reported (proofs_notes/occam_route.md)")
 
 
 #: an override is a plain decimal or fraction of modest size (never handed to an expression parser)
@@ -48,6 +53,7 @@ def _number(name: str, text: str):
 
 def run(args: argparse.Namespace) -> int:
     from specbound.derivation.render import render
+    from specbound.derivation.routes import assemble_occam, assemble_routes
     from specbound.derivation.theorem import DerivationError, assemble
 
     overrides = {}
@@ -56,7 +62,14 @@ def run(args: argparse.Namespace) -> int:
         if not sep:
             raise DerivationError(f"--set expects NAME=VALUE, got {item!r}")
         overrides[name.strip()] = _number(name.strip(), value.strip())
-    theorem = assemble(overrides, massart=args.massart, dudley=args.dudley, activation=args.activation,
-                       model={"analysis": "plain"}.get(args.model, args.model))
+    model = {"analysis": "plain"}.get(args.model, args.model)
+    if args.route == "occam":
+        theorem = assemble_occam(overrides, activation=args.activation, model=model)
+    elif args.route == "both":
+        theorem = assemble_routes(overrides, massart=args.massart, dudley=args.dudley,
+                                  activation=args.activation, model=model)
+    else:
+        theorem = assemble(overrides, massart=args.massart, dudley=args.dudley, activation=args.activation,
+                           model=model)
     sys.stdout.write(render(theorem, args.format))
     return 0

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from specbound.derivation.render import FORMATS, render
+from specbound.derivation.routes import assemble_occam, assemble_routes
 from specbound.derivation.theorem import assemble, unified_diff
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
@@ -51,6 +52,27 @@ VARIANT_GOLDEN = {
 def test_model_variant_rendering_matches_golden_file(stem, fmt):
     path = os.path.join(GOLDEN, f"{stem}.{SUFFIX[fmt]}")
     current = render(assemble(**VARIANT_GOLDEN[stem]), fmt)
+    if os.environ.get("SPECBOUND_UPDATE_GOLDEN") == "1":
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(current)
+    with open(path, encoding="utf-8") as fh:
+        golden = fh.read()
+    assert current == golden, unified_diff(golden, current, (path, "current"))
+
+
+#: golden files of the Occam route and of both routes (file stem -> the assembled object)
+ROUTE_GOLDEN = {
+    "theorem_occam": lambda: assemble_occam(),
+    "theorem_occam_ls": lambda: assemble_occam(model="ls", activation="silu"),
+    "theorem_both": lambda: assemble_routes(),
+}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("stem", sorted(ROUTE_GOLDEN))
+def test_route_rendering_matches_golden_file(stem, fmt):
+    path = os.path.join(GOLDEN, f"{stem}.{SUFFIX[fmt]}")
+    current = render(ROUTE_GOLDEN[stem](), fmt)
     if os.environ.get("SPECBOUND_UPDATE_GOLDEN") == "1":
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(current)
