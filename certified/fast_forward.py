@@ -38,6 +38,7 @@ from specbound.certified.forward import project_rows
 from specbound.certified.norms import spectral_norm_upper
 from specbound.errors import CertificationError, LayoutError
 from specbound.matrices import AnalysisWeights
+from specbound.vocabulary import PLAIN_KIND_VARIANTS
 
 BOUND_PREC = 128
 """Arb bits of the a-priori bound (widths only)."""
@@ -62,7 +63,7 @@ exp(t^2/2)); larger models use the Arb pass."""
 ACTIVATIONS = ("gelu", "relu")
 """Activations with a proven float routine (the others use the Arb pass)."""
 
-FAST_VARIANTS = ("plain", "residual", "causal")
+FAST_VARIANTS = PLAIN_KIND_VARIANTS
 """Model variants the fast program and its error bound cover (proofs_notes/fast_forward.md)."""
 
 

@@ -32,6 +32,7 @@ from flint import arb, arb_mat, ctx
 from specbound.certified.factors import arb_factors, exact_mat
 from specbound.errors import CertificationError, LayoutError
 from specbound.matrices import AnalysisWeights, NamedMatrix
+from specbound.vocabulary import PLAIN_KIND_VARIANTS
 
 DEFAULT_PREC = 80
 """Working precision (bits).  It affects only the widths, never validity.  Radii grow by a factor
@@ -137,7 +138,7 @@ class ArbNetwork:
                     m_out=arb_factors(weights.get(l, "M_out")),
                 )
             )
-        if weights.variant not in ("plain", "residual", "causal"):
+        if weights.variant not in PLAIN_KIND_VARIANTS:
             raise CertificationError(f"the certified forward pass of variant {weights.variant!r} is "
                                      "certified.forward_ls (plain, residual and causal only here)")
         return cls(

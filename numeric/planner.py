@@ -40,6 +40,7 @@ import numpy as np
 from specbound.errors import SpecboundError
 from specbound.matrices import AnalysisWeights
 from specbound.plan import BoundPlan, BoundSettings
+from specbound.vocabulary import READOUT_TRAINED
 
 from .evaluation import evaluate_facts
 from .grid import grid_size, schatten_grid
@@ -83,7 +84,7 @@ def _dudley_choice(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSett
     """(alpha_D, vartheta (J,), vartheta_w) minimising the Dudley closed form over a small family."""
     n = float(settings.n)
     J = p.shape[0]
-    trained = sens.readout == "trained"
+    trained = sens.readout == READOUT_TRAINED
     upper = float(ct.dd_upper)
     alphas = np.logspace(math.log10(upper / (64.0 * n)), math.log10(upper), ALPHA_POINTS)
 
@@ -279,7 +280,7 @@ def _exact_single_scale(ct, facts, settings, sens, g, ps, rho, k_rho, start, clo
                         s=facts.proven_rank[b, None, None], u=us)
         H_rank = np.where(facts.proven_rank[b, None, None] == 0, 0.0, H_rank)
         H[b] = np.where(zero_p[None, :, None], H_rank, np.where(zero_m[b], np.inf, H_b))  # (J, P, U)
-    trained = sens.readout == "trained"
+    trained = sens.readout == READOUT_TRAINED
     H_w = (np.broadcast_to(ct("ss_readout_entropy", B_w=sens.B_w, N=N, rho=rho, u_w=us), us.shape) if trained
            else np.zeros_like(us))
     lam = g.lam
@@ -341,7 +342,7 @@ def _start_value(ct, facts, settings, sens, g, rows, p_idx, u, u_w, rho, k_rho, 
                        ct("ss_matrix_entropy", c=sens.c, d=facts.dims, kappa=sens.kappa, p=p_pos,
                           r_max=facts.rank_cap, s=s, u=u))
     ent = np.where(is0 & (facts.proven_rank == 0), 0.0, ent)
-    trained = sens.readout == "trained"
+    trained = sens.readout == READOUT_TRAINED
     h_w = ct("ss_readout_entropy", B_w=sens.B_w, N=N, rho=rho, u_w=u_w) if trained else 0.0
     u_sum = np.where(facts.proven_rank > 0, u, 0.0).sum()
     with np.errstate(all="ignore"):

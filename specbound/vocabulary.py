@@ -40,6 +40,10 @@ proofs_notes/theory.md section 11): they cover :data:`LS_MATRIX_KINDS`, the othe
 RESIDUAL_VARIANTS: tuple[str, ...] = ("residual", "ls_residual")
 """The variants with residual connections inside the projection (proofs_notes/residual_variant.md)."""
 
+PLAIN_KIND_VARIANTS: tuple[str, ...] = tuple(v for v in MODEL_VARIANTS if v not in LS_VARIANTS)
+"""The variants with the plain matrix kinds (one QK and V_tilde per head, an ungated feed-forward):
+plain, residual and causal."""
+
 BIDIRECTIONAL_VARIANTS: tuple[str, ...] = ("plain", "residual")
 """The variants without a causal mask, read out at the first (CLS) token; every other variant is
 causal and reads out at the last token."""
