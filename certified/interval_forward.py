@@ -23,10 +23,10 @@ import numpy as np
 
 from specbound.certified.arb import precision
 from specbound.certified.directed import (
-    UNIT_ROUNDOFF, gamma_arb, add_up, div_up, down, float_up, gamma_up, mul_up, norm_up, norms_both, sq_norm_up,
+    UNIT_ROUNDOFF, add_up, div_up, down, float_up, gamma_arb, gamma_up, mul_up, norm_up, norms_both, sq_norm_up,
     sqrt_up, sub_down, up, upn,
 )
-from specbound.certified.elementary import EXP_UNDERFLOW_ERROR, exp_error_bound, exp_nonpositive, phi
+from specbound.certified.elementary import exp_error_bound, exp_nonpositive, phi
 from specbound.certified.fast_forward import NotApplicable, check_float_environment, token_table
 from specbound.certified.interval_network import IntervalLayer, IntervalNetwork
 from specbound.certified.sigmoid import gelu_tanh, silu
@@ -44,8 +44,9 @@ alpha = 2^-1019 the clamp error of exp and 2^-1075 the division's underflow)."""
 MAX_INPUT = 2.0**500
 """Float input rows with an entry above this are not certified (their squared norms could overflow)."""
 
-BATCH = 256
-"""Samples per batch (cache-sized attention arrays; every sample's program is the same whatever the batch)."""
+BATCH = 1024
+"""Samples per batch (every sample's program is the same whatever the batch): large enough that numpy's
+per-call overhead on the small per-row bound arrays is amortised (measured: 1024 beats 256 by 10-40%)."""
 
 _U = UNIT_ROUNDOFF
 _U1 = 2.0**-53 + 2.0**-105
@@ -116,11 +117,11 @@ def _rotate(x: np.ndarray, eps: np.ndarray, net: IntervalNetwork, first: int, tr
 
 
 def _keymax(a: np.ndarray, causal: bool, Tq: int) -> np.ndarray:
-    """Max over the key set of each query row: ``a`` (..., T) -> (..., Tq); prefix maxima when causal
-    and every row is a query (row t keeps keys s <= t), else the max over all keys."""
+    """Max over the key set of each query row: ``a`` (..., T) -> (..., Tq) or (..., 1); prefix maxima when
+    causal and every row is a query (row t keeps keys s <= t), else the max over all keys."""
     if causal and Tq == a.shape[-1] and Tq > 1:
         return np.maximum.accumulate(a, axis=-1)
-    return np.broadcast_to(a.max(axis=-1, keepdims=True), a.shape[:-1] + (Tq,))
+    return a.max(axis=-1, keepdims=True)  # (..., 1): broadcasts against the query rows
 
 
 def _box_halfwidth(v: np.ndarray, causal: bool, Tq: int) -> np.ndarray:
@@ -130,8 +131,7 @@ def _box_halfwidth(v: np.ndarray, causal: bool, Tq: int) -> np.ndarray:
         hi, lo = np.maximum.accumulate(v, axis=2), np.minimum.accumulate(v, axis=2)
     else:
         hi, lo = v.max(axis=2, keepdims=True), v.min(axis=2, keepdims=True)
-    om = norm_up(upn(upn(hi - lo) * 0.5))  # hi - lo >= 0
-    return np.broadcast_to(om, om.shape[:2] + (Tq,))
+    return norm_up(upn(upn(hi - lo) * 0.5))  # hi - lo >= 0; (B, H, Tq) or (B, H, 1)
 
 
 @lru_cache(maxsize=64)
@@ -211,13 +211,13 @@ def _attention(net: IntervalNetwork, lay: IntervalLayer, x, delta, nx, last: boo
     m1 = _keymax(add_up(Kh, ek), causal, Tq)
     m2 = _keymax(add_up(ek, mul_up(Kh, g_d)), causal, Tq)
     mK, mV, mEv = _keymax(Kh, causal, Tq), _keymax(Vh, causal, Tq), _keymax(ev, causal, Tq)
-    omega = _rec(tr, "omega", _box_halfwidth(v.transpose(0, 2, 1, 3) if same else v.transpose(0, 2, 1, 3)[:, grp],
-                                              causal, Tq))
+    omega = _box_halfwidth(v.transpose(0, 2, 1, 3) if same else v.transpose(0, 2, 1, 3)[:, grp], causal, Tq)
     Qh, eq = Qn.transpose(0, 2, 1), eps_q.transpose(0, 2, 1)
     # step 4: the score radius r and the magnitude S per query row
     r1 = _rec(tr, "r.1", mul_up(eq, m1))
     r2 = _rec(tr, "r.2", mul_up(Qh, m2))
     r = _rec(tr, "r", add_up(r1, r2, TINY))
+    _rec(tr, "omega", np.broadcast_to(omega, r.shape))
     S = _rec(tr, "S", add_up(mul_up(mul_up(Qh, one_g_d), mK), TINY))
     # step 5: the softmax program's errors per row
     eta_p, lam, bad = _softmax_errors(S, T, d, tr)
@@ -235,7 +235,7 @@ def _attention(net: IntervalNetwork, lay: IntervalLayer, x, delta, nx, last: boo
     x2r = mul_up(r, 2.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         b2 = _rec(tr, "h.b2", np.where(x2r < 0.5, mul_up(div_up(x2r, sub_down(1.0, x2r)), sqrt_up(W)), np.inf))
-    ha = _rec(tr, "h.a", mEv)
+    ha = _rec(tr, "h.a", np.broadcast_to(mEv, r.shape))
     hc = _rec(tr, "h.c", mul_up(eta_p, mV))
     eps_h = _rec(tr, "eps_h", np.where(bad, np.inf, add_up(ha, np.minimum(b1, b2), hc, e_g)))
     # step 7: heads concatenated, one product of length H dv with the stacked W_O
