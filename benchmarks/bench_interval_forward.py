@@ -37,14 +37,16 @@ from specbound.empirical import task_record  # noqa: E402
 from specbound.tasks import Task  # noqa: E402
 
 RECIPES = """\
-L4 N64 residual (docs/experiments.md 2c, the moonshot; 2000 steps of batch 512 from data seed 13):
+L4 N64 residual (docs/experiments.md 2c, the moonshot: a-priori epsilon 11.5 on its task):
   specbound experiment run --variant residual --task symbol_majority --layers 4 --width 64 --heads 2 \\
     --head-dim 1 --ff 2 --steps 2000 --lr 1e-2 --batch 512 --n-train 100000 --reg 0 --reg-kind none \\
     --data-seed 13 --sample fresh --n 2000 --margin 2 --save moon.safetensors
-L4 H4 N64 d_h 16 d_ff 128 residual: the same with --heads 4 --head-dim 16 --ff 128 --save l4h4.safetensors
-Llama-style L2: --variant ls --activation silu --layers 2 --width 32 --heads 4 --kv-heads 2 --head-dim 8
-  --ff 64 --task symbol_majority --steps 2000 --lr 1e-2 --batch 512 --n-train 100000 --reg 0 --reg-kind none
-  --data-seed 13 --save ls2.safetensors"""
+L4 H4 N64 d_h 16 d_ff 128 residual (a-priori epsilon 5.8; lr 1e-2 stays at chance for this shape):
+  the same with --heads 4 --head-dim 16 --ff 128 --steps 1000 --lr 3e-3 --batch 256 --save l4h4.safetensors
+Llama-style L2 (H 4, 2 key/value groups, SiLU):
+  specbound experiment run --variant ls --activation silu --task symbol_majority --layers 2 --width 32 \\
+    --heads 4 --kv-heads 2 --head-dim 8 --ff 64 --steps 2000 --lr 3e-3 --batch 512 --n-train 100000 \\
+    --reg 0 --reg-kind none --data-seed 13 --sample fresh --n 2000 --margin 2 --save ls2.safetensors"""
 
 
 def _erf():
@@ -141,7 +143,7 @@ def bench(path, n: int, reps: int, rho: float) -> None:
     ip = prepare(w)
     net = ip.net
     phi = _phi(w.activation, _erf())
-    table, _, _ = token_table(E, None if w.variant.startswith("ls") else P, tokens)
+    table, _, _ = token_table(E, P, tokens)
     pos = np.arange(tokens.shape[1])
     data = dataset_from_arrays(labels, tokens=tokens)
 

@@ -22,19 +22,22 @@ from flint import arb
 from specbound.certified.arb import pow2, precision
 from specbound.certified.directed import float_up, gamma_arb
 from specbound.certified.enclosure import enclose_singular_values, fro_upper
+from specbound.certified.factors import InexactScale, float_factors
 from specbound.certified.fast_forward import NotApplicable
 from specbound.certified.norms import spectral_norm_upper
 from specbound.certified.sigmoid import ActivationBounds, activation_bounds
 from specbound.errors import CertificationError, LayoutError
 from specbound.matrices import AnalysisWeights
-from specbound.vocabulary import kv_group
+from specbound.vocabulary import (
+    ACTIVATIONS, BIDIRECTIONAL_VARIANTS, LS_VARIANTS, MODEL_VARIANTS, RESIDUAL_VARIANTS, kv_group,
+)
 
 BOUND_PREC = 128
 MAX_DIM = 2**30
 """Every dimension must stay below this (the underflow terms of step 2 assume it)."""
 
-VARIANTS = ("plain", "residual", "causal", "ls", "ls_residual")
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
+VARIANTS = MODEL_VARIANTS
+"""Every variant has a per-sample pass; every activation of the vocabulary has a proven routine."""
 
 MAX_PHI_ERROR = 2.0**-20
 """GELU layers whose Phi polynomial error E_Phi on the a-priori range exceeds this are refused (the
@@ -138,13 +141,13 @@ def _activation(name: str, inputs: np.ndarray, N: int, r_pi: float) -> Activatio
 
 
 def _exact_factors(m) -> tuple[np.ndarray, np.ndarray | None]:
-    """The binary64 factors of a covered matrix; a left-over score scale is refused (the pass would
-    otherwise compute another network)."""
-    if m.scale_sq != 1:
-        raise NotApplicable(f"{m.name}: a left-over score scale {m.scale_sq} has no per-sample pass")
-    left = np.asarray(m.left, dtype=np.float64)
-    right = None if m.right is None else np.asarray(m.right, dtype=np.float64)
-    return left, right
+    """Binary64 factors whose exact product is the covered matrix, ``sqrt(scale_sq)`` included
+    (:func:`specbound.certified.factors.float_factors`); a scale that binary64 factors cannot carry
+    exactly is refused (the pass would otherwise compute another network; the Arb pass covers it)."""
+    try:
+        return float_factors(m)
+    except InexactScale as exc:
+        raise NotApplicable(str(exc)) from None
 
 
 def _plain_attention(weights: AnalysisWeights, l: int):
@@ -257,7 +260,7 @@ class IntervalNetwork:
             raise LayoutError(f"read-out has shape {np.shape(weights.readout)}, expected ({N},) or (k, {N})")
         if not np.isfinite(w).all():
             raise LayoutError("read-out contains NaN or Inf")
-        ls = variant in ("ls", "ls_residual")
+        ls = variant in LS_VARIANTS
         e_pi, r_pi = projection_constants(N)
         cos = sin = None
         rho = 1.0
@@ -272,7 +275,7 @@ class IntervalNetwork:
         with precision(BOUND_PREC):
             norms = np.array([float_up(fro_upper(row)) for row in w])
         return cls(layers, np.ascontiguousarray(w), norms, N, weights.activation,
-                   variant in ("residual", "ls_residual"), variant in ("causal", "ls", "ls_residual"),
+                   variant in RESIDUAL_VARIANTS, variant not in BIDIRECTIONAL_VARIANTS,
                    ls, cos, sin, rho, e_pi, r_pi)
 
 

@@ -20,6 +20,12 @@ def mp_mat(a) -> mpmath.matrix:
     return mpmath.matrix([[mpmath.mpf(float(v)) for v in row] for row in np.atleast_2d(a)])
 
 
+def mp_left(m) -> mpmath.matrix:
+    """``sqrt(scale_sq) * left`` of a covered matrix, exactly to 50 digits (the scale is part of it)."""
+    c = mpmath.sqrt(mpmath.mpf(m.scale_sq.numerator) / m.scale_sq.denominator)
+    return mp_mat(m.left) * c
+
+
 def mp_phi(name: str, t):
     if name == "gelu":
         return t * (1 + mpmath.erf(t / mpmath.sqrt(2))) / 2
@@ -78,17 +84,17 @@ def mp_outputs(weights: AnalysisWeights, X0: mpmath.matrix) -> list:
         xr = _rows(X)
         for h in range(weights.num_heads):
             if ls:
-                Q = mp_mat(weights.get(l, "Q", h).left)
-                K = mp_mat(weights.get(l, "K", _group(h, weights.num_heads, weights.num_kv_heads)).left)
+                Q = mp_left(weights.get(l, "Q", h))
+                K = mp_left(weights.get(l, "K", _group(h, weights.num_heads, weights.num_kv_heads)))
                 q = [_rotate(_rows(mp_mat([r]) * Q)[0], t, cos, sin) for t, r in enumerate(xr)]
                 k = [_rotate(_rows(mp_mat([r]) * K)[0], t, cos, sin) for t, r in enumerate(xr)]
                 S = [[sum(a * b for a, b in zip(q[t], k[s])) for s in range(T)] for t in range(T)]
             else:
                 qk = weights.get(l, "QK", h)
-                A = mp_mat(qk.left) * (mp_mat(qk.right) if qk.right is not None else mpmath.eye(X.cols))
+                A = mp_left(qk) * (mp_mat(qk.right) if qk.right is not None else mpmath.eye(X.cols))
                 S = _rows(X * A * X.T)
             vt = weights.get(l, "V_tilde", h)
-            V = mp_mat(vt.left) * (mp_mat(vt.right) if vt.right is not None else mpmath.eye(X.cols))
+            V = mp_left(vt) * (mp_mat(vt.right) if vt.right is not None else mpmath.eye(X.cols))
             XV = X * V
             for t in range(T):
                 p = _softmax_row(S[t], t + 1 if causal else T)
@@ -96,13 +102,13 @@ def mp_outputs(weights: AnalysisWeights, X0: mpmath.matrix) -> list:
                     att[t, j] += sum(p[s] * XV[s, j] for s in range(T))
         Y = mp_project(X + att if residual else att)
         if ls:
-            a = (Y * mp_mat(weights.get(l, "G").left)).apply(lambda t: mp_phi(weights.activation, t))
-            b = Y * mp_mat(weights.get(l, "U").left)
+            a = (Y * mp_left(weights.get(l, "G"))).apply(lambda t: mp_phi(weights.activation, t))
+            b = Y * mp_left(weights.get(l, "U"))
             hid = mpmath.matrix([[a[i, j] * b[i, j] for j in range(a.cols)] for i in range(a.rows)])
-            Z = hid * mp_mat(weights.get(l, "D").left)
+            Z = hid * mp_left(weights.get(l, "D"))
         else:
-            U = (Y * mp_mat(weights.get(l, "M_in").left)).apply(lambda t: mp_phi(weights.activation, t))
-            Z = U * mp_mat(weights.get(l, "M_out").left)
+            U = (Y * mp_left(weights.get(l, "M_in"))).apply(lambda t: mp_phi(weights.activation, t))
+            Z = U * mp_left(weights.get(l, "M_out"))
         X = mp_project(Y + Z if residual else Z)
     tau = T - 1 if causal else 0
     W = np.atleast_2d(np.asarray(weights.readout, dtype=np.float64))

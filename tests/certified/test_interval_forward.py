@@ -161,13 +161,20 @@ def test_non_finite_and_huge_inputs_are_not_certified_and_go_to_arb():
     assert cert.redone >= 1 and cert.interval == 3
 
 
-def test_a_left_over_score_scale_is_refused():
+def test_a_left_over_score_scale_is_refused_unless_binary64_carries_it_exactly():
     rng = np.random.default_rng(12)
     w = random_weights(rng, L=1)
     m0 = w.matrices[0]
     scaled = replace(w, matrices=(replace(m0, scale_sq=Fraction(1, 3)),) + w.matrices[1:])
     with pytest.raises(NotApplicable):
         prepare(scaled)
+    # sqrt(1/4) = 1/2 folds into the factor exactly (certified.factors): the pass computes that network
+    quarter = replace(w, matrices=(replace(m0, scale_sq=Fraction(1, 4)),) + w.matrices[1:])
+    X = rng.standard_normal((2, 3, 4))
+    lo, hi = output_enclosures(*prepare(quarter).rows(X))
+    _check(quarter, X, lo, hi, np.ones(2, dtype=bool), arb_too=False)
+    lo1, hi1 = output_enclosures(*prepare(w).rows(X))
+    assert not np.array_equal(lo, lo1)  # the scale is not ignored
 
 
 # ------------------------------------------------------------------------------- the ramp-loss route
