@@ -20,11 +20,13 @@ and sum that reaches the bound is an exact comparison or an exact sum of these e
 
 Public API: :class:`MarginEnclosures`, :func:`from_balls`, :func:`from_center_radius`,
 :func:`ramp_loss_bounds`, :func:`count_upper`, :func:`count_lower`, :func:`errors_lower`,
-:func:`undecided`, :func:`exact_float_sum`.
+:func:`undecided`, :func:`exact_float_sum`, :func:`from_output_enclosures` (k-row read-outs),
+:func:`ramp_loss_sums`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -46,12 +48,19 @@ class MarginEnclosures:
     (``-inf`` / ``+inf`` where nothing is certified).  ``method`` names the pass that produced them
     ("arb", "fast", "interval", or a "+"-joined mix after :meth:`refined`); ``redone`` counts the
     samples whose enclosure came from a second (Arb) evaluation.
+
+    Optional exact form (:func:`from_center_radius` with an ``arb`` radius): ``center`` (n,) binary64 and
+    ``radius`` an exact point with ``|center[i] - m_i| <= radius`` for every sample with a finite centre;
+    ``lower``/``upper`` are then its outward rounding, and :func:`ramp_loss_sums` uses the exact edges
+    ``center -+ radius`` (the sums the a-priori pass always used).  :meth:`refined` drops it.
     """
 
     lower: np.ndarray
     upper: np.ndarray
     method: str = ""
     redone: int = 0
+    center: np.ndarray | None = None
+    radius: arb | None = None
 
     def __post_init__(self) -> None:
         lo = np.asarray(self.lower, dtype=np.float64)
@@ -68,6 +77,21 @@ class MarginEnclosures:
         hi.setflags(write=False)
         object.__setattr__(self, "lower", lo)
         object.__setattr__(self, "upper", hi)
+        if (self.center is None) != (self.radius is None):
+            raise ValueError("the exact form needs both a centre array and a radius")
+        if self.center is not None:
+            c = np.array(self.center, dtype=np.float64)
+            if c.shape != lo.shape or not (isinstance(self.radius, arb) and self.radius.rad() == 0
+                                           and self.radius >= 0):
+                raise ValueError("the exact form needs centres of shape (n,) and an exact radius >= 0")
+            c.setflags(write=False)
+            object.__setattr__(self, "center", c)
+
+    def subset(self, keep: np.ndarray) -> MarginEnclosures:
+        """The enclosures of the samples selected by the boolean mask or index array ``keep`` (the exact
+        form is kept)."""
+        c = None if self.center is None else self.center[keep]
+        return MarginEnclosures(self.lower[keep], self.upper[keep], self.method, 0, c, self.radius)
 
     @property
     def n(self) -> int:
@@ -133,15 +157,21 @@ def _next_up(a: np.ndarray) -> np.ndarray:
     return np.nextafter(a, np.inf)
 
 
-def from_center_radius(center: np.ndarray, radius: float | np.ndarray, method: str = "fast") -> MarginEnclosures:
+def from_center_radius(center: np.ndarray, radius: float | np.ndarray | arb, method: str = "fast") -> MarginEnclosures:
     """Enclosures ``[center - radius, center + radius]`` rounded outward, for a pass that proves
-    ``|center[i] - m_i| <= radius[i]`` (``radius`` a float >= the exact error bound, or one per sample).
+    ``|center[i] - m_i| <= radius[i]`` (``radius`` a float >= the exact error bound, or one per sample;
+    or an exact ``arb`` point, which is also kept as the exact form of :class:`MarginEnclosures`).
 
     Needs binary64 round-to-nearest (the caller's pass checks it): ``fl(c - r)`` is within half an ulp
     of ``c - r``, so one step down lies below it (and one step up above ``c + r``).  A non-finite
     centre or radius gives ``[-inf, +inf]``; an overflow gives an infinite endpoint, still valid.
     """
     c = np.asarray(center, dtype=np.float64).reshape(-1)
+    exact = radius if isinstance(radius, arb) else None
+    if exact is not None:
+        radius = float_upper(exact) if exact.is_finite() else math.inf
+        if exact.rad() != 0:  # a ball: its upper endpoint is the exact point
+            exact = exact.upper() if exact.is_finite() else None
     r = np.broadcast_to(np.asarray(radius, dtype=np.float64), c.shape)
     if (r < 0).any():
         raise ValueError("a radius must be nonnegative")
@@ -149,7 +179,48 @@ def from_center_radius(center: np.ndarray, radius: float | np.ndarray, method: s
     with np.errstate(over="ignore", invalid="ignore"):
         lo = np.where(ok, _next_down(c - r), -np.inf)
         hi = np.where(ok, _next_up(c + r), np.inf)
+    if exact is not None:
+        return MarginEnclosures(lo, hi, method, 0, c, exact)
     return MarginEnclosures(lo, hi, method, 0)
+
+
+def from_output_enclosures(lower: np.ndarray, upper: np.ndarray, labels: np.ndarray,
+                           method: str = "interval") -> MarginEnclosures:
+    """Margin enclosures from per-class output enclosures ``lower[i, c] <= f_c(X_i) <= upper[i, c]``.
+
+    One read-out row (``lower``, ``upper`` of shape (n,) or (n, 1)): labels are +-1 and the margin is
+    ``y f`` -- ``[lower, upper]`` for ``y = +1`` and ``[-upper, -lower]`` for ``y = -1`` (exact negation).
+    ``k >= 2`` rows: labels are class indices ``0..k-1`` and the margin ``f_y - max_{y' != y} f_{y'}`` is
+    enclosed by ``[lower_y - max_{y'} upper_{y'}, upper_y - max_{y'} lower_{y'}]`` (``max f_{y'}`` lies between
+    the maxima of the endpoints), each difference rounded outward by one binary64 step (round to nearest
+    then ``nextafter``).  A tie ``m = 0`` is an error for the counts (they count ``m <= gamma``)."""
+    lo = np.asarray(lower, dtype=np.float64)
+    hi = np.asarray(upper, dtype=np.float64)
+    y = np.asarray(labels)
+    if lo.ndim == 1:
+        lo, hi = lo[:, None], hi[:, None]
+    if lo.ndim != 2 or lo.shape != hi.shape or y.shape != (lo.shape[0],):
+        raise ValueError(f"output enclosures of shape {lo.shape} / {hi.shape} do not match labels {y.shape}")
+    n, k = lo.shape
+    if k == 1:
+        if not np.isin(y, (-1, 1)).all():
+            raise ValueError("one read-out row needs labels +-1")
+        neg = y < 0
+        return MarginEnclosures(np.where(neg, -hi[:, 0], lo[:, 0]), np.where(neg, -lo[:, 0], hi[:, 0]), method, 0)
+    if not (np.issubdtype(y.dtype, np.integer) and ((y >= 0) & (y < k)).all()):
+        raise ValueError(f"{k} read-out rows need class labels in 0..{k - 1}")
+    rows = np.arange(n)
+    others = np.ones((n, k), dtype=bool)
+    others[rows, y] = False
+    max_hi = np.where(others, hi, -np.inf).max(axis=1)
+    max_lo = np.where(others, lo, -np.inf).max(axis=1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        m_lo = _next_down(lo[rows, y] - max_hi)
+        m_hi = _next_up(hi[rows, y] - max_lo)
+    # inf - inf cannot occur for lower <= upper; a NaN would mean "not certified"
+    m_lo = np.where(np.isnan(m_lo), -np.inf, m_lo)
+    m_hi = np.where(np.isnan(m_hi), np.inf, m_hi)
+    return MarginEnclosures(m_lo, m_hi, method, 0)
 
 
 # ------------------------------------------------------------------------------- exact sums
@@ -210,6 +281,41 @@ def _ramp_side(edge: np.ndarray, r: arb, upper_side: bool) -> arb:
     return total
 
 
+def _exact_sides(c: np.ndarray, eps: arb, r: arb) -> tuple[arb, arb] | None:
+    """The ramp sums at the exact edges ``c -+ eps`` (every ``c`` finite): classes by exact comparisons,
+    ``ones + m + (m eps - S) / rho`` and ``ones + m - (m eps + S) / rho`` with ``S`` the exact sum of the
+    mid centres (proofs_notes/fast_forward.md step 8).  None when some edge is not certainly on one side
+    of 0 or rho (then the float edges decide)."""
+    r_lo, r_hi = float_lower(r), float_upper(r)
+    e_hi = float_upper(eps)
+    zero = c - e_hi >= r_hi  # float pre-selection, checked exactly below
+    one = c + e_hi < 0
+    mid = ~zero & ~one
+    ones, m = int(np.count_nonzero(one)), int(np.count_nonzero(mid))
+    if zero.any() and not (arb(float(c[zero].min())) - eps >= r):
+        return None
+    if one.any() and not (arb(float(c[one].max())) + eps < 0):
+        return None
+    if mid.any() and not (arb(float(c[mid].min())) - eps > 0 and arb(float(c[mid].max())) + eps < r):
+        return None
+    S = _ball(exact_float_sum(c[mid]))
+    return ones + m + (m * eps - S) / r, ones + m - (m * eps + S) / r
+
+
+def ramp_loss_sums(margins: MarginEnclosures, rho: arb, prec: int = SUM_PREC) -> tuple[arb, arb]:
+    """Balls ``(U, L)`` whose upper / lower endpoints bound ``sum_i l_rho(m_i)`` from above / below (not
+    divided by n, not clamped): the sums :func:`ramp_loss_bounds` divides, for a caller that adds the
+    exact sums of other samples (e.g. those redone in Arb) before dividing.  With the exact form the
+    edges are ``center -+ radius`` exactly where every sample lies certainly off 0 and rho."""
+    r = _positive(rho, "the margin rho")
+    with precision(max(prec, SUM_PREC)):
+        if margins.center is not None and margins.n and np.isfinite(margins.center).all():
+            sides = _exact_sides(margins.center, margins.radius, r)
+            if sides is not None:
+                return sides
+        return _ramp_side(margins.lower, r, True), _ramp_side(margins.upper, r, False)
+
+
 def ramp_loss_bounds(margins: MarginEnclosures, rho: arb) -> tuple[arb, arb]:
     """Exact points ``(upper, lower)`` with ``lower <= (1/n) sum_i l_rho(m_i) <= upper`` for every
     margins ``m_i`` in the enclosures, ``l_rho(u) = min(1, max(0, 1 - u/rho))``, ``rho > 0``.
@@ -221,9 +327,10 @@ def ramp_loss_bounds(margins: MarginEnclosures, rho: arb) -> tuple[arb, arb]:
     n = margins.n
     if n == 0:
         return arb(0), arb(0)
+    up_sum, lo_sum = ramp_loss_sums(margins, r)
     with precision(SUM_PREC):
-        up = (_ramp_side(margins.lower, r, True) / n).upper()
-        lo = (_ramp_side(margins.upper, r, False) / n).lower()
+        up = (up_sum / n).upper()
+        lo = (lo_sum / n).lower()
         if up > 1:
             up = arb(1)
         if lo < 0:
@@ -271,7 +378,9 @@ __all__ = (
     "exact_float_sum",
     "from_balls",
     "from_center_radius",
+    "from_output_enclosures",
     "max_radius",
     "ramp_loss_bounds",
+    "ramp_loss_sums",
     "undecided",
 )

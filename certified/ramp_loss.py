@@ -27,14 +27,21 @@ from specbound.certified.forward import (
     DEFAULT_PREC, ArbNetwork, Margin, embedded_input_ball, input_ball,
 )
 from specbound.certified.fast_forward import (
-    NotApplicable, margins_of_rows, margins_of_tokens, prepare_rows, prepare_tokens,
+    FastForward, FastNetwork, NotApplicable, check_float_environment, error_budget, margins_of_rows,
+    margins_of_tokens, prepare_rows, token_table,
 )
 from specbound.certified.forward_ls import certified_forward, network_for
-from specbound.certified.margins import exact_float_sum
+from specbound.certified.arb import float_lower, float_upper
+from specbound.certified.interval_forward import output_enclosures
+from specbound.certified.interval_forward import prepare as interval_prepare
+from specbound.certified.margins import (
+    MarginEnclosures, errors_lower, exact_float_sum, from_center_radius, from_output_enclosures, max_radius,
+    ramp_loss_sums, undecided,
+)
 from specbound.dataset import DataSet
 from specbound.errors import LayoutError, SpecboundError
 from specbound.matrices import AnalysisWeights
-from specbound.vocabulary import FORWARD_ARB, FORWARD_FAST, FORWARD_METHODS
+from specbound.vocabulary import FORWARD_ARB, FORWARD_FAST, FORWARD_INTERVAL, FORWARD_METHODS
 
 
 def _margin_ball(rho: Margin) -> arb:
@@ -107,6 +114,10 @@ class RampLossCertificate:
     """The fast pass's a-priori margin error bound (a float >= the exact point; 0 for "arb")."""
     redone: int = 0
     """Samples of a fast run evaluated by the Arb pass (near a breakpoint or non-finite)."""
+    interval: int = 0
+    """Samples of a fast run whose enclosure came from the per-sample pass (proofs_notes/interval_forward.md):
+    all of them when it ran first, else those the a-priori epsilon left near a breakpoint.  ``epsilon`` is
+    then the largest per-sample radius when the a-priori pass did not run."""
 
     @property
     def per_sample_seconds(self) -> float:
@@ -245,9 +256,11 @@ def certified_ramp_loss(
     fixed ``weights.extra['embedding.E'/'embedding.P']``.  ``rho`` is a positive float (exact), a
     decimal string (enclosed), or an ``arb``.
     ``progress(k)`` is called with the number of samples done so far.  ``forward``: "fast" (default;
-    binary64 program with a proven a-priori error bound, proofs_notes/fast_forward.md, falling back to
-    "arb" for models it does not cover) or "arb" (every sample in Arb ball arithmetic; ``prec``
-    applies to it and to the samples the fast pass redoes).  ``fast``: the
+    binary64 programs with proven error bounds: the a-priori bound of proofs_notes/fast_forward.md where it
+    is small, else the per-sample bound of proofs_notes/interval_forward.md; samples whose enclosure
+    contains 0 or rho go to the per-sample pass, then to "arb"; models neither covers use "arb"),
+    "interval" (the per-sample pass on every sample, then "arb" where needed) or "arb" (every sample in
+    Arb ball arithmetic; ``prec`` applies to it and to the samples the fast route redoes).  ``fast``: the
     :func:`fast_pass` of exactly these ``weights`` and ``data``, when the caller already has it.
     ``map_blocks`` (an execution engine's, e.g. :func:`specbound.engine.ramp_blocks`; None: every
     block here) runs the Arb pass: it is called as ``map_blocks(chunks, rho_ball, prec)`` with lists of
@@ -265,9 +278,9 @@ def certified_ramp_loss(
     if embedding is not None:
         map_blocks = None  # an engine's tasks embed with the model's own fixed embedding only
     n = int(data.labels.shape[0])
-    if forward == FORWARD_FAST and n > 0:
+    if forward in (FORWARD_FAST, FORWARD_INTERVAL) and n > 0:
         try:
-            return _fast_ramp_loss(weights, data, r, embedding, prec, progress, began, fast, map_blocks)
+            return _fast_ramp_loss(weights, data, r, embedding, prec, progress, began, fast, map_blocks, forward)
         except NotApplicable:
             pass  # a model or input the fast pass does not cover: every sample in Arb
     if map_blocks is not None and n > 0:
@@ -301,16 +314,31 @@ def _embedding_of(weights, embedding):
     return embedding
 
 
+APRIORI_RELATIVE_LIMIT = 1e-3
+"""The a-priori pass runs first only when its ``epsilon <= APRIORI_RELATIVE_LIMIT * ||w||`` (margins are
+of the order of ||w||); a larger epsilon would leave most samples undecided, so the per-sample pass
+runs on every sample instead.  A choice of speed only: both passes are certified."""
+
+
 @dataclass(frozen=True, eq=False)
 class FastPass:
-    """The fast forward pass of one model over one sample: float outputs ``f`` with the exact point
-    ``epsilon`` such that ``|f[i] - f(X_i)| <= epsilon`` for every sample i (proofs_notes/fast_forward.md).
+    """The fast certified forward pass of one model over one sample: float outputs ``f`` (n,) and either
+    the a-priori exact point ``epsilon`` with ``|f[i] - f(X_i)| <= epsilon`` (proofs_notes/fast_forward.md)
+    or per-sample enclosures ``lower[i] <= f(X_i) <= upper[i]`` (proofs_notes/interval_forward.md).
 
     Computed once per certify run: its signed margins choose the margin rho (floats only choose) and
-    the same outputs, with ``epsilon``, certify the ramp loss at the chosen rho."""
+    the same outputs certify the ramp loss at the chosen rho.  ``refine(indices)`` runs the per-sample
+    pass on some samples (None when it does not cover the model)."""
 
     f: np.ndarray
-    epsilon: arb
+    epsilon: arb | None = None
+    lower: np.ndarray | None = None
+    upper: np.ndarray | None = None
+    refine: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+
+    @property
+    def method(self) -> str:
+        return "fast" if self.lower is None else "interval"
 
     def margins(self, data: DataSet) -> np.ndarray:
         """Float margins ``y_i f[i]`` (an exact sign flip of ``f``), for choosing rho only.  A sample the
@@ -319,50 +347,110 @@ class FastPass:
         g = np.where(np.asarray(data.labels) < 0, -self.f, self.f)
         return np.where(np.isfinite(g), g, 0.0)
 
+    def enclosures(self, data: DataSet) -> MarginEnclosures:
+        """Certified margin enclosures of ``y_i f(X_i)`` (:mod:`specbound.certified.margins`)."""
+        labels = np.asarray(data.labels)
+        if self.lower is not None:
+            return from_output_enclosures(self.lower, self.upper, labels, "interval")
+        g = np.where(labels < 0, -self.f, self.f)  # a NaN stays NaN: [-inf, +inf], redone below
+        return from_center_radius(g, self.epsilon, "fast")
 
-def fast_pass(weights: AnalysisWeights, data: DataSet, embedding=None) -> FastPass:
-    """The fast forward pass of ``weights`` over ``data`` (NotApplicable for a model or input it does
-    not cover; then the Arb pass is the route)."""
+
+def _interval_runner(weights, data: DataSet, embedding, table=None, lazy: bool = False):
+    """``indices -> (lower, upper)`` of the outputs by the per-sample pass; NotApplicable if it does not
+    cover the model (when ``lazy``, raised by the first call, which also prepares the network).
+    ``table``: the token table of all of ``data`` (:func:`~specbound.certified.fast_forward.token_table`)."""
+    state: dict = {}
+
+    def prepared():
+        if "ip" not in state:
+            ip = interval_prepare(weights)
+            if ip.net.k != 1:
+                raise NotApplicable("k read-out rows: the binary ramp loss needs one read-out vector")
+            state["ip"] = ip
+        return state["ip"]
+
+    def run(idx):
+        ip, idx = prepared(), np.asarray(idx, dtype=np.int64)
+        if data.inputs is not None:
+            lo, hi = output_enclosures(*ip.rows(np.asarray(data.inputs)[idx]))
+        else:
+            E, P = _embedding_of(weights, embedding)
+            lo, hi = output_enclosures(*ip.tokens(E, P, np.asarray(data.tokens)[idx], table=table))
+        return lo[:, 0], hi[:, 0]
+
+    if not lazy:
+        prepared()
+    return run
+
+
+def fast_pass(weights: AnalysisWeights, data: DataSet, embedding=None, method: str = FORWARD_FAST) -> FastPass:
+    """The fast forward pass of ``weights`` over ``data``: the a-priori pass where it covers the model and
+    its epsilon is small (:data:`APRIORI_RELATIVE_LIMIT`; the per-sample pass then redoes only samples near
+    a breakpoint), else the per-sample pass on every sample (``method="interval"`` forces that);
+    NotApplicable when neither covers the model or input."""
     _inputs_of(data, weights, embedding)  # the same input checks as the Arb pass
-    if data.inputs is not None:
-        fast = prepare_rows(weights, data.inputs.shape[1])
-        f = margins_of_rows(fast, data.inputs)
-    else:
+    fast = rows = table = None
+    if data.inputs is None:  # one table of (position, token) rows for both passes
         E, P = _embedding_of(weights, embedding)
-        tokens = np.asarray(data.tokens)
-        fast, table = prepare_tokens(weights, E, P, tokens)
-        f = margins_of_tokens(fast, table, tokens)
-    return FastPass(f, fast.epsilon)
+        E = np.asarray(E, dtype=np.float64)
+        P = None if P is None else np.asarray(P, dtype=np.float64)
+        rows, delta0, R0 = token_table(E, P, np.asarray(data.tokens))
+        table = (rows, delta0)
+    if method != FORWARD_INTERVAL:
+        try:
+            if data.inputs is not None:
+                fast = prepare_rows(weights, data.inputs.shape[1])
+            else:
+                check_float_environment()
+                net = FastNetwork.from_weights(weights)
+                fast = FastForward(net, error_budget(net, data.tokens.shape[1], delta0, R0))
+        except NotApplicable:
+            fast = None
+    if fast is not None and fast.epsilon <= APRIORI_RELATIVE_LIMIT * float(np.linalg.norm(fast.net.readout)):
+        refine = _interval_runner(weights, data, embedding, table, lazy=True)
+    else:
+        try:
+            refine = _interval_runner(weights, data, embedding, table)
+        except NotApplicable:
+            if fast is None:
+                raise
+            refine = None
+        if refine is not None:
+            lo, hi = refine(np.arange(int(data.labels.shape[0])))
+            with np.errstate(invalid="ignore", over="ignore"):
+                f = np.where(np.isfinite(lo) & np.isfinite(hi), lo / 2 + hi / 2, np.nan)
+            return FastPass(f, None, lo, hi)
+    f = (margins_of_rows(fast, data.inputs) if data.inputs is not None
+         else margins_of_tokens(fast, rows, np.asarray(data.tokens)))
+    return FastPass(f, fast.epsilon, refine=refine)
 
 
 def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began,
-                    done: FastPass | None = None, map_blocks=None) -> RampLossCertificate:
-    """certified_ramp_loss by the fast pass (proofs_notes/fast_forward.md step 8); ``done``: the pass
-    already computed for exactly these weights and data (else it is computed here); ``map_blocks``:
-    an engine's runner for the samples redone in Arb."""
+                    done: FastPass | None = None, map_blocks=None, method: str = FORWARD_FAST) -> RampLossCertificate:
+    """certified_ramp_loss by the fast route: the margin enclosures of the fast pass (a-priori or
+    per-sample), the samples whose enclosure contains 0 or rho redone by the per-sample pass (after the
+    a-priori one) and then in Arb; the ramp loss of the enclosures summed exactly
+    (:func:`specbound.certified.margins.ramp_loss_sums`).  ``done``: the pass already computed for exactly
+    these weights and data; ``map_blocks``: an engine's runner for the samples redone in Arb."""
     n = int(data.labels.shape[0])
-    fast = done if done is not None else fast_pass(weights, data, embedding)
-    f = fast.f
-    if f.shape != (n,):
+    fast = done if done is not None else fast_pass(weights, data, embedding, method)
+    if fast.f.shape != (n,):
         raise ValueError("a fast pass of another sample")
-    eps = fast.epsilon  # exact point
-    eps_f, rho_f = _float_toward(eps, math.inf), float(r.mid())
-    g = np.where(np.asarray(data.labels) < 0, -f, f)  # exact sign flip
-    finite = np.isfinite(g)
-    with np.errstate(invalid="ignore"):
-        # floats only *choose* the classes; each class is checked exactly below
-        redo = ~finite | (np.abs(g) <= 2 * eps_f) | (np.abs(g - rho_f) <= 2 * eps_f)
-        zero = ~redo & (g > rho_f)
-        one = ~redo & (g < 0)
-    mid = ~redo & ~zero & ~one
-    with ctx.workprec(max(prec, 128)):
-        if zero.any() and not (arb(float(g[zero].min())) - eps >= r):
-            redo, zero = redo | zero, np.zeros_like(zero)
-        if one.any() and not (arb(float(g[one].max())) + eps < 0):
-            redo, one = redo | one, np.zeros_like(one)
-        if mid.any() and not (arb(float(g[mid].min())) - eps > 0 and arb(float(g[mid].max())) + eps < r):
-            redo, mid = redo | mid, np.zeros_like(mid)
-    redo_idx = np.flatnonzero(redo).tolist()
+    thresholds = (0.0, float_lower(r), float_upper(r))
+    m = fast.enclosures(data)
+    refined = 0
+    idx = m.straddling(thresholds)
+    if idx.size and fast.lower is None and fast.refine is not None:
+        try:
+            lo, hi = fast.refine(idx)
+        except NotApplicable:
+            pass  # the per-sample pass does not cover this model: Arb decides these samples
+        else:
+            m = m.refined(idx, *_signed(lo, hi, np.asarray(data.labels)[idx]), "interval")
+            refined = int(idx.size)
+            idx = m.straddling(thresholds)
+    redo_idx = idx.tolist()
     if redo_idx and map_blocks is not None:
         size = max(1, -(-len(redo_idx) // ENGINE_CHUNKS))
         arb_part = _merged(map_blocks([redo_idx[a:a + size] for a in range(0, len(redo_idx), size)], r, prec))
@@ -370,12 +458,13 @@ def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began,
         arb_part = _block_of(weights, data, r, embedding, prec, redo_idx)
     else:
         arb_part = _Partial(Fraction(0), Fraction(0), 0, 0, 0, 0.0)
-    m, ones = int(mid.sum()), int(one.sum())
-    S = exact_float_sum(g[mid])
+    keep = np.ones(n, dtype=bool)
+    keep[idx] = False
+    kept = m.subset(keep)
+    up_sum, lo_sum = ramp_loss_sums(kept, r, max(prec, 128))
     with ctx.workprec(max(prec, 128)):
-        S_b, e_b = arb(fmpq(S.numerator, S.denominator)), eps
-        hi_b = ones + m + (m * e_b - S_b) / r + arb(fmpq(arb_part.upper.numerator, arb_part.upper.denominator))
-        lo_b = ones + m - (m * e_b + S_b) / r + arb(fmpq(arb_part.lower.numerator, arb_part.lower.denominator))
+        hi_b = up_sum + arb(fmpq(arb_part.upper.numerator, arb_part.upper.denominator))
+        lo_b = lo_sum + arb(fmpq(arb_part.lower.numerator, arb_part.lower.denominator))
         upper = (hi_b / n).upper()
         lower = (lo_b / n).lower()
         if upper > 1:
@@ -384,20 +473,32 @@ def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began,
             lower = arb(0)
     if progress is not None:
         progress(n)
+    radius = float(max_radius(kept)) if kept.n else 0.0
+    if fast.epsilon is not None:  # the a-priori radius (the enclosures add the outward rounding of g +- eps)
+        radius = eps_f = _float_toward(fast.epsilon, math.inf)
+    else:
+        eps_f = radius
     return RampLossCertificate(
         upper=upper,
         lower=lower,
         n=n,
         rho=r,
-        undecided=arb_part.undecided,
-        errors01=ones + arb_part.errors01,
-        max_radius=max(eps_f, arb_part.max_radius),
+        undecided=undecided(kept) + arb_part.undecided,
+        errors01=errors_lower(kept) + arb_part.errors01,
+        max_radius=max(radius, arb_part.max_radius),
         prec=prec,
         seconds=time.perf_counter() - began,
         forward=FORWARD_FAST,
         epsilon=eps_f,
         redone=len(redo_idx),
+        interval=refined if fast.lower is None else n,
     )
+
+
+def _signed(lo: np.ndarray, hi: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Margin endpoints ``y f`` from output endpoints (exact negation for y = -1)."""
+    neg = labels < 0
+    return np.where(neg, -hi, lo), np.where(neg, -lo, hi)
 
 
 __all__: Sequence[str] = (

@@ -204,7 +204,7 @@ def empirical_ball(weights, source: EmpiricalSource, dataset: DataSet | None, rh
     """(the empirical term as an Arb ball, the RampLossCertificate or None).
 
     Certified sources: the certified ramp loss of ``dataset`` at margin ``rho`` (its upper ball), by the
-    certified forward pass ``forward`` ("fast" or "arb", vocabulary.FORWARD_METHODS; ``fast``: its
+    certified forward pass ``forward`` ("fast", "interval" or "arb", vocabulary.FORWARD_METHODS; ``fast``: its
     :class:`~specbound.certified.ramp_loss.FastPass` over ``dataset`` when already computed);
     "user": the user's number as a ball (NOT certified); "none": (None, None).  ``map_blocks``: an
     execution engine's runner of the Arb forward pass (:func:`specbound.engine.ramp_blocks`).

@@ -98,7 +98,10 @@ FORWARD_FAST = "fast"
 """Certified forward pass: binary64 program + a-priori Arb error bound (certified/fast_forward.py)."""
 FORWARD_ARB = "arb"
 """Certified forward pass in Arb ball arithmetic, sample by sample (certified/forward.py)."""
-FORWARD_METHODS: tuple[str, ...] = (FORWARD_FAST, FORWARD_ARB)
+FORWARD_INTERVAL = "interval"
+"""Certified forward pass in binary64 with a per-sample, per-row error bound on every sample
+(certified/interval_forward.py); "fast" uses it where the a-priori bound is too wide."""
+FORWARD_METHODS: tuple[str, ...] = (FORWARD_FAST, FORWARD_ARB, FORWARD_INTERVAL)
 """Methods of the certified empirical ramp loss (``--forward``); the first is the default."""
 
 CAPABILITY_MATRICES = "matrices"

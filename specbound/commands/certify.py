@@ -43,8 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, metavar="CERT.json", help="write the certificate JSON")
     parser.add_argument("--json", action="store_true", help="print the certificate JSON instead of tables")
     parser.add_argument("--forward", choices=FORWARD_METHODS, default=FORWARD_METHODS[0],
-                        help="certified forward pass of the empirical term: fast (binary64 program with a "
-                             "proven error bound; default) or arb (Arb ball arithmetic, slow)")
+                        help="certified forward pass of the empirical term: fast (binary64 programs with "
+                             "proven error bounds; default), interval (the per-sample bound on every "
+                             "sample) or arb (Arb ball arithmetic, slow)")
     parser.add_argument("--cross-check", action="store_true",
                         help="also check the fast float path against the certified values")
     from specbound.engine import add_engine_arguments

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from specbound.certified.margins import (
     MarginEnclosures, count_lower, count_upper, errors_lower, exact_float_sum, from_balls,
-    from_center_radius, ramp_loss_bounds, undecided,
+    from_center_radius, from_output_enclosures, ramp_loss_bounds, ramp_loss_sums, undecided,
 )
 
 
@@ -158,3 +158,73 @@ def test_straddling_selects_the_samples_a_sharper_pass_could_decide():
 @given(st.lists(finite, max_size=60))
 def test_exact_float_sum_is_the_rational_sum(values):
     assert exact_float_sum(np.array(values, dtype=np.float64)) == sum((Fraction(v) for v in values), Fraction(0))
+
+
+# ------------------------------------------------------------------------------- k read-out rows
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(2, 5), st.lists(st.tuples(finite, st.floats(0, 10)), min_size=2, max_size=30), st.data())
+def test_k_row_margins_enclose_f_y_minus_the_largest_other_output(k, pairs, data):
+    # brute force over the corners is not needed: the margin is monotone in f_y and antitone in each
+    # f_y', so its extremes over the box are at lo_y - max hi_y' and hi_y - max lo_y'
+    n = len(pairs) // k
+    if n == 0:
+        return
+    c = np.array([p[0] for p in pairs[: n * k]]).reshape(n, k)
+    r = np.array([p[1] for p in pairs[: n * k]]).reshape(n, k)
+    lo, hi = c - r, c + r
+    y = np.array(data.draw(st.lists(st.integers(0, k - 1), min_size=n, max_size=n)))
+    m = from_output_enclosures(lo, hi, y)
+    for i in range(n):
+        others = [j for j in range(k) if j != y[i]]
+        exact_lo = Fraction(lo[i, y[i]]) - max(Fraction(hi[i, j]) for j in others)
+        exact_hi = Fraction(hi[i, y[i]]) - max(Fraction(lo[i, j]) for j in others)
+        assert Fraction(m.lower[i]) <= exact_lo and Fraction(m.upper[i]) >= exact_hi
+
+
+def test_one_read_out_row_is_the_binary_margin_and_labels_are_checked():
+    lo, hi = np.array([1.0, -3.0, -np.inf]), np.array([2.0, -1.0, np.inf])
+    m = from_output_enclosures(lo, hi, np.array([1, -1, 1]))
+    assert m.lower.tolist() == [1.0, 1.0, -math.inf] and m.upper.tolist() == [2.0, 3.0, math.inf]
+    with pytest.raises(ValueError):
+        from_output_enclosures(lo, hi, np.array([0, 1, 1]))  # binary labels are +-1
+    with pytest.raises(ValueError):
+        from_output_enclosures(np.zeros((2, 3)), np.ones((2, 3)), np.array([0, 3]))  # class 3 of 3
+
+
+def test_a_tie_between_classes_is_never_a_certified_positive_margin():
+    lo = np.array([[1.0, 1.0, 0.0]])
+    m = from_output_enclosures(lo, lo.copy(), np.array([0]))
+    assert m.lower[0] <= 0 <= m.upper[0] and count_upper(m, arb(0)) == 1
+
+
+# ------------------------------------------------------------------------------- the exact form
+
+
+def test_the_exact_centre_radius_form_gives_the_exact_edge_sums():
+    rng = np.random.default_rng(2)
+    g = rng.uniform(0.5, 3.5, size=40)
+    eps = arb(1) / 3 * arb(2) ** -30  # an exact point that is not a binary64 number
+    eps = eps.upper()
+    m = from_center_radius(g, eps)
+    assert m.center is not None and m.radius == eps
+    rho = Fraction(4)
+    man, exp = eps.mid().man_exp()
+    e = Fraction(int(man)) * Fraction(2) ** int(exp)
+    want_up = sum((_ramp(Fraction(v) - e, rho) for v in g.tolist()), Fraction(0))
+    want_lo = sum((_ramp(Fraction(v) + e, rho) for v in g.tolist()), Fraction(0))
+    U, L = ramp_loss_sums(m, arb(4))
+    assert _contains(U, want_up) and _contains(L, want_lo)
+    # the float endpoints are the outward rounding of the same enclosure
+    for v, lo, hi in zip(g.tolist(), m.lower.tolist(), m.upper.tolist()):
+        assert Fraction(lo) <= Fraction(v) - e and Fraction(hi) >= Fraction(v) + e
+    sub = m.subset(np.arange(40) < 10)
+    assert sub.n == 10 and sub.radius == eps and np.array_equal(sub.center, g[:10])
+    assert m.refined([0], np.array([-10.0]), np.array([10.0])).center is None
+
+
+def _contains(ball: arb, x: Fraction) -> bool:
+    from flint import fmpq
+
+    return bool((ball - arb(fmpq(x.numerator, x.denominator))).contains(0))

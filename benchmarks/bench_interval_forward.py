@@ -1,0 +1,213 @@
+"""Benchmark: the per-sample certified pass and the certified ramp-loss route vs a float64 forward.
+
+Plain script (no pytest).  For each model (the embedded default, then every checkpoint given) and n fresh
+samples of its recorded task it times, interleaved in one run, medians of --reps repetitions:
+  float     = the faster of a batched numpy float64 forward (libm exp, scipy erf / numpy tanh) of the same
+              program and the model's own torch float64 forward, both on one thread: what a float forward costs;
+  interval  = certified.interval_forward on every sample (token table in Arb included);
+  route     = certified_ramp_loss(..., forward="fast") end to end at margin --rho (the a-priori pass where its
+              epsilon is small, the per-sample pass otherwise or on the a-priori pass's straddlers, Arb
+              for what still straddles 0 or rho).
+It prints samples/s, the ratios to the float forward, the widths (max radius / (1 + |margin|)), the
+samples redone in Arb and whether any of them lies at least 1e-6 from every threshold.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_interval_forward.py [CKPT ...] [--n 4096] [--reps 5]
+
+The L4 N64 models of docs/experiments.md 2c are rebuilt by the recipes printed with --recipes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from specbound.certified.fast_forward import project_rows_float, token_table  # noqa: E402
+from specbound.certified.interval_forward import BATCH, prepare  # noqa: E402
+from specbound.certified.ramp_loss import certified_ramp_loss, fast_pass  # noqa: E402
+from specbound.checkpoint import load_weights  # noqa: E402
+from specbound.data_file import dataset_from_arrays  # noqa: E402
+from specbound.empirical import task_record  # noqa: E402
+from specbound.tasks import Task  # noqa: E402
+
+RECIPES = """\
+L4 N64 residual (docs/experiments.md 2c, the moonshot: a-priori epsilon 11.5 on its task):
+  specbound experiment run --variant residual --task symbol_majority --layers 4 --width 64 --heads 2 \\
+    --head-dim 1 --ff 2 --steps 2000 --lr 1e-2 --batch 512 --n-train 100000 --reg 0 --reg-kind none \\
+    --data-seed 13 --sample fresh --n 2000 --margin 2 --save moon.safetensors
+L4 H4 N64 d_h 16 d_ff 128 residual (a-priori epsilon 5.8; lr 1e-2 stays at chance for this shape):
+  the same with --heads 4 --head-dim 16 --ff 128 --steps 1000 --lr 3e-3 --batch 256 --save l4h4.safetensors
+Llama-style L2 (H 4, 2 key/value groups, SiLU):
+  specbound experiment run --variant ls --activation silu --task symbol_majority --layers 2 --width 32 \\
+    --heads 4 --kv-heads 2 --head-dim 8 --ff 64 --steps 2000 --lr 3e-3 --batch 512 --n-train 100000 \\
+    --reg 0 --reg-kind none --data-seed 13 --sample fresh --n 2000 --margin 2 --save ls2.safetensors"""
+
+
+def _erf():
+    try:
+        from scipy.special import erf
+
+        return erf
+    except ImportError:  # torch is a project dependency
+        import torch
+
+        return lambda x: torch.special.erf(torch.from_numpy(x)).numpy()
+
+
+def _phi(name: str, erf):
+    if name == "gelu":
+        return lambda u: u * (0.5 * (1.0 + erf(u * 0.7071067811865476)))
+    if name == "gelu_tanh":
+        return lambda u: 0.5 * u * (1.0 + np.tanh(0.7978845608028654 * (u + 0.044715 * u * u * u)))
+    if name == "silu":
+        return lambda u: u / (1.0 + np.exp(-u))
+    return lambda u: np.maximum(u, 0.0)
+
+
+def numpy_forward(net, x: np.ndarray, phi) -> np.ndarray:
+    """The plain float64 forward of the same layout and batch (libm exp; no bounds)."""
+    B, T, N = x.shape
+    L = net.num_layers
+    tau = T - 1 if net.causal else 0
+    for l, lay in enumerate(net.layers):
+        H, G, d, dv = lay.num_heads, lay.num_groups, lay.dq, lay.dv
+        xq = x[:, tau:tau + 1] if l == L - 1 else x
+        Tq = xq.shape[1]
+        q = (xq.reshape(-1, N) @ lay.wq).reshape(B, Tq, H, d)
+        k = (x.reshape(-1, N) @ lay.wk).reshape(B, T, G, d)
+        v = (x.reshape(-1, N) @ lay.wv).reshape(B, T, G, dv)
+        if net.rope:
+            half = d // 2
+            first = tau if Tq == 1 else 0
+            for name, arr, t0 in (("q", q, first), ("k", k, 0)):
+                c = net.cos[t0:t0 + arr.shape[1]][None, :, None, :]
+                s = net.sin[t0:t0 + arr.shape[1]][None, :, None, :]
+                a, b = arr[..., :half], arr[..., half:]
+                rot = np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
+                q, k = (rot, k) if name == "q" else (q, rot)
+        kh, vh = k.transpose(0, 2, 3, 1), v.transpose(0, 2, 1, 3)
+        if G != H:
+            kh, vh = kh[:, lay.group], vh[:, lay.group]
+        s = q.transpose(0, 2, 1, 3) @ kh
+        if net.causal and Tq > 1:
+            s = np.where(np.tril(np.ones((T, T), dtype=bool)), s, -np.inf)
+        s -= s.max(axis=-1, keepdims=True)
+        e = np.exp(s)
+        e /= e.sum(axis=-1, keepdims=True)
+        att = ((e @ vh).transpose(0, 2, 1, 3).reshape(B * Tq, H * dv) @ lay.wo).reshape(B, Tq, N)
+        if net.residual:
+            att += xq
+        y = project_rows_float(att)
+        y2 = y.reshape(B * Tq, N)
+        if lay.gated:
+            z = (phi(y2 @ lay.ff[0]) * (y2 @ lay.ff[1])) @ lay.ff[2]
+        else:
+            z = phi(y2 @ lay.ff[0]) @ lay.ff[1]
+        z = z.reshape(B, Tq, N)
+        if net.residual:
+            z += y
+        x = project_rows_float(z)
+    return x[:, 0] @ net.readout.T if L else x[:, tau] @ net.readout.T
+
+
+def _torch_forward(path, tokens):
+    try:
+        import torch
+
+        from specbound.data import default_checkpoint_path
+        from specbound.model import AnalysisTransformer
+    except ImportError:
+        return None
+    torch.set_num_threads(1)
+    model = AnalysisTransformer.load(path or default_checkpoint_path()).double()
+    tok = torch.from_numpy(tokens)
+
+    def run():
+        with torch.no_grad():
+            for a in range(0, tokens.shape[0], 4096):
+                model(tok[a:a + 4096])
+    return run
+
+
+def bench(path, n: int, reps: int, rho: float) -> None:
+    w = load_weights(path)
+    task = Task.from_record(task_record(w, None))
+    tokens, labels = task.sample(n, np.random.default_rng(3))
+    E, P = w.extra["embedding.E"], w.extra.get("embedding.P")
+    ip = prepare(w)
+    net = ip.net
+    phi = _phi(w.activation, _erf())
+    table, _, _ = token_table(E, P, tokens)
+    pos = np.arange(tokens.shape[1])
+    data = dataset_from_arrays(labels, tokens=tokens)
+
+    def numpy_run():
+        for a in range(0, n, BATCH):
+            numpy_forward(net, table[pos, tokens[a:a + BATCH]], phi)
+
+    torch_run = _torch_forward(path, tokens)
+    times: dict[str, list[float]] = {"numpy": [], "torch": [], "interval": [], "route": []}
+    result = cert = None
+    for _ in range(reps):  # interleaved, so load drifts hit every method alike
+        t0 = time.perf_counter()
+        numpy_run()
+        times["numpy"].append(time.perf_counter() - t0)
+        if torch_run is not None:
+            t0 = time.perf_counter()
+            torch_run()
+            times["torch"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        result = ip.tokens(E, P, tokens)
+        times["interval"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        cert = certified_ramp_loss(w, data, rho)
+        times["route"].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items() if v}
+    flt = min(med["numpy"], med.get("torch", np.inf))
+    f, rad, ok = result
+    g = f[:, 0] * labels
+    widths = rad[:, 0] / (1 + np.abs(g))
+    fp = fast_pass(w, data)
+    name = path or "embedded default"
+    print(f"{name}: {w.variant} L={w.num_layers} H={w.num_heads} N={w.width} d_h={w.head_dim} d_ff={w.ff_dim} "
+          f"{w.activation}; n = {n}, reps = {reps} (medians, one thread)")
+    print(f"  float64 forward   numpy {n / med['numpy']:>9.0f}/s" +
+          (f"   torch {n / med['torch']:>9.0f}/s" if "torch" in med else ""))
+    print(f"  interval pass     {n / med['interval']:>9.0f} certified samples/s   ratio to float {med['interval'] / flt:.2f}")
+    print(f"  certified route   {n / med['route']:>9.0f} certified samples/s   ratio to float {med['route'] / flt:.2f}"
+          f"   (rho = {rho}; first pass: {fp.method}; per-sample pass on {cert.interval}, Arb on {cert.redone})")
+    thresholds = np.array([0.0, rho])
+    redo = fp.enclosures(data).straddling([0.0, rho]) if fp.method == "interval" else np.array([], dtype=int)
+    far = int(np.count_nonzero(np.abs(g[redo, None] - thresholds[None, :]).min(axis=1) >= 1e-6)) if redo.size else 0
+    print(f"  widths: max radius {rad.max():.3e}, max radius/(1+|margin|) {widths.max():.3e} "
+          f"(median {np.median(widths):.3e}); target 1e-9: {'met' if widths.max() <= 1e-9 else 'MISSED'}; "
+          f"not certified {int((~ok).sum())}; redone at >= 1e-6 from every threshold: {far}")
+    if fp.epsilon is not None:
+        print(f"  a-priori epsilon {float(fp.epsilon.upper()):.3e}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("models", nargs="*", help="checkpoints (default: the embedded default model only)")
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--rho", type=float, default=2.0)
+    ap.add_argument("--no-default", action="store_true", help="skip the embedded default model")
+    ap.add_argument("--recipes", action="store_true", help="print the recipes of the L4 models and exit")
+    args = ap.parse_args()
+    if args.recipes:
+        print(RECIPES)
+        return
+    paths = ([] if args.no_default else [None]) + list(args.models)
+    for path in paths:
+        bench(path, args.n, args.reps, args.rho)
+
+
+if __name__ == "__main__":
+    main()
