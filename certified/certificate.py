@@ -94,7 +94,7 @@ def _plan_json(plan) -> dict:
 
 def _matrix_json(rec, method: str) -> dict:
     return {
-        "layer": rec.layer, "head": rec.head, "type": rec.type, "shape": list(rec.shape),
+        "layer": rec.layer, "head": rec.head, "type": rec.kind, "shape": list(rec.shape),
         "spectral_norm": ball(rec.spectral_norm), "schatten_power": ball(rec.schatten_power),
         "proven_rank": rec.proven_rank, "r_max": rec.r_max, "p": frac(rec.p), "k_c": rec.k_c,
         "k_s": rec.k_s, "contribution": ball(rec.contribution), "c_radius": ball(rec.c_radius),

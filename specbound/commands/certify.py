@@ -153,10 +153,10 @@ def print_result(result) -> None:
     out.print(f"  complexity 2min(SS,DD) {_up(b.complexity)}   (SS = {_up(b.SS)}, DD = {_up(b.DD)})")
     out.print(f"  confidence             {_up(b.confidence)}   (Lambda = {_up(b.Lambda)})")
     table = Table(title="per-matrix (certified upper endpoints)")
-    for col in ("type", "layer", "head", "spectral norm", "p", "proven rank", "contribution"):
-        table.add_column(col, justify="left" if col == "type" else "right")
+    for col in ("kind", "layer", "head", "spectral norm", "p", "proven rank", "contribution"):
+        table.add_column(col, justify="left" if col == "kind" else "right")
     for r in b.matrices:
-        table.add_row(r.type, str(r.layer), "-" if r.head < 0 else str(r.head), _up(r.spectral_norm),
+        table.add_row(r.kind, str(r.layer), "-" if r.head < 0 else str(r.head), _up(r.spectral_norm),
                       str(r.p), str(r.proven_rank), _up(r.contribution))
     out.print(table)
     sec = result.seconds

@@ -91,11 +91,11 @@ def run(args: argparse.Namespace) -> int:
 
     out = console()
     table = Table(title=f"Paper proxies (docs/design.md section 6): {args.checkpoint}")
-    for col in ("layer", "head", "type", "spectral", "(2,1)", "num. rank", "p_opt", "contribution",
+    for col in ("layer", "head", "kind", "spectral", "(2,1)", "num. rank", "p_opt", "contribution",
                 "gamma", "alpha", "scale"):
-        table.add_column(col, justify="left" if col == "type" else "right")
+        table.add_column(col, justify="left" if col == "kind" else "right")
     for r in result.matrices:
-        table.add_row(str(r.layer), "-" if r.head < 0 else str(r.head), r.type, _fmt(r.spectral),
+        table.add_row(str(r.layer), "-" if r.head < 0 else str(r.head), r.kind, _fmt(r.spectral),
                       _fmt(r.norm_21), str(r.numerical_rank), f"{r.p_opt:.4g}", _fmt(r.contribution),
                       _fmt(r.gamma), _fmt(r.alpha), _fmt(r.scale))
     out.print(table)

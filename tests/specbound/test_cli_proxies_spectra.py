@@ -16,7 +16,7 @@ _spec = importlib.util.spec_from_file_location("bert_reference", _HERE.parent / 
 bert_reference = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bert_reference)
 
-MATRIX_KEYS = {"layer", "head", "type", "spectral", "frobenius", "nuclear", "norm_21", "norm_11",
+MATRIX_KEYS = {"layer", "head", "kind", "spectral", "frobenius", "nuclear", "norm_21", "norm_11",
                "numerical_rank", "stable_rank", "p_opt", "contribution", "gamma", "alpha", "scale"}
 
 
@@ -42,7 +42,7 @@ def test_proxies_json_has_documented_keys_and_reference_values(capsys, bert_dir)
     assert doc["ours"] == pytest.approx(ref["ours"], rel=1e-9, abs=0)
     assert doc["edelman"] == pytest.approx(ref["edelman"], rel=1e-9, abs=0)
     for m in doc["matrices"]:
-        assert m["p_opt"] == ref["matrices"][(m["layer"], m["head"], m["type"])]["p_opt"]
+        assert m["p_opt"] == ref["matrices"][(m["layer"], m["head"], m["kind"])]["p_opt"]
 
 
 def test_proxies_table_states_it_is_not_a_bound(capsys, bert_dir):
@@ -71,7 +71,7 @@ def test_spectra_json_csv_report(capsys, bert_dir, tmp_path):
     assert code == 0 and err == ""
     doc = json.loads(out)
     first = doc["matrices"][0]
-    assert {"name", "layer", "head", "type", "rows", "cols", "spectral", "frobenius", "nuclear", "norm_21",
+    assert {"name", "layer", "head", "kind", "rows", "cols", "spectral", "frobenius", "nuclear", "norm_21",
             "norm_11", "numerical_rank", "stable_rank", "singular_values"} == set(first)
     assert first["name"] == "L0.H0.QK" and len(first["singular_values"]) == 32
     assert first["numerical_rank"] == 8  # head dim 32 / 4
