@@ -65,7 +65,7 @@ class CertifiedMatrixTerm:
 
     layer: int
     head: int
-    type: str
+    kind: str
     shape: tuple[int, int]
     spectral_norm: arb  #: ||W_j||
     schatten_power: arb  #: S_p(W_j) at the chosen p (rank ball for p = 0)
@@ -88,7 +88,7 @@ class CertifiedMatrixTerm:
 
     @property
     def name(self) -> str:
-        return f"L{self.layer}.{self.type}" if self.head < 0 else f"L{self.layer}.H{self.head}.{self.type}"
+        return f"L{self.layer}.{self.kind}" if self.head < 0 else f"L{self.layer}.H{self.head}.{self.kind}"
 
 
 @dataclass(frozen=True)
@@ -309,7 +309,7 @@ def certify_bound(
     records = []
     for j, (mat, r) in enumerate(zip(weights.matrices, rad.detail)):
         records.append(CertifiedMatrixTerm(
-            layer=mat.layer, head=mat.head, type=mat.kind, shape=mat.shape, spectral_norm=r.spectral,
+            layer=mat.layer, head=mat.head, kind=mat.kind, shape=mat.shape, spectral_norm=r.spectral,
             schatten_power=r.schatten, proven_rank=r.rank, r_max=mat.rank_cap, p=r.p, k_c=r.k_c, k_s=r.k_s,
             c_radius=rad.c[j], s_radius=rad.s[j], gamma=net.gamma[j], alpha=net.alpha[mat.layer],
             kappa=net.kappa[j], contribution=t.term[j], ss_entropy=t.entropy[j], dd_piece=t.piece[j],

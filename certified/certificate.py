@@ -18,7 +18,7 @@ import importlib.metadata as md
 import json
 import platform
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, Context, Decimal
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
@@ -31,7 +31,8 @@ from specbound.certified.arb import WORK_PREC, ball_from_str, ball_to_str, preci
 from specbound.certified.radii import MatrixRounding, dominates, exact_value
 from specbound.errors import SpecboundError
 from specbound.plan import BoundPlan, BoundSettings
-from specbound.scope import NOT_PROVEN, VACUOUS, is_vacuous, scope_lines
+from specbound.scope import scope_lines, scope_summary
+from specbound.verdict import Verdict, decimal_up as _decimal_up
 from specbound.vocabulary import EMPIRICAL_USER, MAX_TASK_SAMPLES, MAX_TASK_SEQ_LEN
 
 FORMAT = "specbound-certificate-v1"
@@ -58,9 +59,7 @@ def frac(x: Fraction) -> str:
 
 def decimal_up(x: arb, digits: int = 12) -> str:
     """A decimal string >= upper(x) (``digits`` significant digits, rounded toward +inf)."""
-    hi = exact_value(x.upper())
-    ctx = Context(prec=digits, rounding=ROUND_CEILING)
-    return str(ctx.divide(Decimal(hi.numerator), Decimal(hi.denominator)))
+    return _decimal_up(exact_value(x.upper()), digits)
 
 
 def versions() -> dict[str, str]:
@@ -92,9 +91,10 @@ def _plan_json(plan) -> dict:
             "notes": {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in plan.notes.items()}}
 
 
-def _matrix_json(rec, method: str) -> dict:
+def matrix_json(rec, method: str) -> dict:
+    """The certificate's record of one matrix (format v1: its kind is written under the key ``type``)."""
     return {
-        "layer": rec.layer, "head": rec.head, "type": rec.type, "shape": list(rec.shape),
+        "layer": rec.layer, "head": rec.head, "type": rec.kind, "shape": list(rec.shape),
         "spectral_norm": ball(rec.spectral_norm), "schatten_power": ball(rec.schatten_power),
         "proven_rank": rec.proven_rank, "r_max": rec.r_max, "p": frac(rec.p), "k_c": rec.k_c,
         "k_s": rec.k_s, "contribution": ball(rec.contribution), "c_radius": ball(rec.c_radius),
@@ -104,20 +104,11 @@ def _matrix_json(rec, method: str) -> dict:
     }
 
 
-def label(is_bound: bool, proven: bool, vacuous: bool | None) -> str:
-    """The one-word verdict printed next to the number: a bound, vacuous, not a bound, not proven."""
-    words = []
-    if not proven:
-        words.append(NOT_PROVEN)
-    if not is_bound:
-        words.append("NOT A BOUND (no empirical term)")
-    elif vacuous:
-        words.append(f"{VACUOUS} (>= 1)")
-    return "; ".join(words) or "certified bound"
-
-
 def to_json(result) -> dict:
-    """The certificate of a :class:`specbound.pipeline.CertifyResult` as a JSON-able dict."""
+    """The certificate of a :class:`specbound.certification.Certification` as a JSON-able dict.
+
+    Its verdict (``result.is_bound / proven / vacuous / label``) is the result's :class:`Verdict`,
+    written as computed, never recomposed here."""
     b = result.bound
     w = result.weights
     src = result.source
@@ -127,15 +118,16 @@ def to_json(result) -> dict:
                    errors01=src.ramp.errors01, prec=src.ramp.prec)
     if src.kind == EMPIRICAL_USER:
         emp["note"] = "user-supplied empirical loss: NOT certified"
+    verdict: Verdict = result.verdict
     is_bound = b.bound is not None
-    scope = dict(getattr(result, "scope", {}) or {})
-    proven = bool(scope.get("proven", True))
-    vacuous = None if not is_bound else bool(is_vacuous(exact_value(b.bound.upper())))
+    if verdict.is_bound is not is_bound:
+        raise ValueError("the verdict does not belong to this bound (is_bound differs)")
+    scope = dict(result.scope)
     final = {
         "is_bound": is_bound,
-        "proven": proven,
-        "vacuous": vacuous,
-        "label": label(is_bound, proven, vacuous),
+        "proven": verdict.proven,
+        "vacuous": verdict.vacuous,
+        "label": verdict.label,
         "bound": ball(b.bound) if is_bound else None,
         "bound_upper": decimal_up(b.bound) if is_bound else None,
         "empirical": ball(b.empirical) if b.empirical is not None else None,
@@ -161,7 +153,7 @@ def to_json(result) -> dict:
                     "k_rho": b.k_rho, "k_w": b.k_w},
         "empirical_source": emp,
         "balls": {k: ball(v) for k, v in b.balls().items()},
-        "matrices": [_matrix_json(r, m) for r, m in zip(b.matrices, result.enclosure_methods)],
+        "matrices": [matrix_json(r, m) for r, m in zip(b.matrices, result.enclosure_methods)],
         "notes": dict(b.notes),
         "result": final,
     }
@@ -179,6 +171,7 @@ class VerificationReport:
     checked: int = 0
     notes: list[str] = field(default_factory=list)
     scope: dict = field(default_factory=dict)  #: the scope block recomputed from the checkpoint
+    verdict: Verdict | None = None  #: the verdict recomputed from the checkpoint (None until known)
 
     def compare(self, path: str, recorded, recomputed) -> None:
         """Count one check of a field that must equal its recomputed value."""
@@ -197,7 +190,13 @@ class VerificationReport:
         scope = scope_lines(self.scope) if self.scope else []
         notes = [f"note: {n}" for n in self.notes]
         if self.valid:
-            return [f"VALID ({self.checked} checks)"] + scope + notes
+            # what was verified: the recomputed verdict and number, and what the number is for
+            if self.verdict is None:
+                return [f"VALID ({self.checked} checks)"] + scope + notes
+            head = [f"VALID ({self.checked} checks); verdict: {self.verdict.label}", f"  {self.verdict.headline}"]
+            if self.scope:
+                head.append(f"  for {scope_summary(self.scope)}")
+            return head + scope + notes
         return ["INVALID"] + [f"{p}: recorded {a}, recomputed {b}" for p, a, b in self.mismatches] + scope + notes
 
 

@@ -56,7 +56,7 @@ class MatrixProxy:
 
     layer: int
     head: int
-    type: str
+    kind: str
     spectral: float
     frobenius: float
     nuclear: float
@@ -236,7 +236,7 @@ def paper_proxies(
         MatrixProxy(
             layer=s.layer,
             head=s.head,
-            type=s.type,
+            kind=s.kind,
             spectral=s.spectral,
             frobenius=s.frobenius,
             nuclear=s.nuclear,

@@ -269,7 +269,7 @@ class NormSummary:
     name: str
     layer: int
     head: int
-    type: str
+    kind: str
     rows: int
     cols: int
     spectral: float
@@ -313,7 +313,7 @@ def norm_summaries(spectra: Spectra) -> tuple[NormSummary, ...]:
                 name=matrix.name,
                 layer=matrix.layer,
                 head=matrix.head,
-                type=matrix.kind,
+                kind=matrix.kind,
                 rows=rows,
                 cols=cols,
                 **{key: col[j] for key, col in columns.items()},

@@ -6,9 +6,11 @@ Layers (installed as subpackages of this one import name):
 - ``specbound.certified``  -- python-flint (Arb) balls that provably contain the true values.
 - ``specbound.numeric``    -- fast torch path (CPU/CUDA), cross-checked against ``certified``.
 
-The Python API (:mod:`specbound.api`): ``specbound.certify``, ``specbound.spectra``,
-``specbound.proxies`` and ``specbound.load_weights`` accept a path, a cached repo id, a state dict,
-a ``torch.nn.Module`` or a ``transformers`` model.  They are loaded on first use, so
+The Python API (:mod:`specbound.api`, the path of every command): ``specbound.certify`` (a
+:class:`Certification` with its :class:`Verdict`), ``specbound.verify``, ``specbound.spectra``,
+``specbound.proxies``, ``specbound.inspect`` and ``specbound.load_weights`` accept a path, a cached
+repo id, a state dict, a ``torch.nn.Module`` or a ``transformers`` model; ``specbound.theorem``
+assembles the theorem.  They are loaded on first use, so
 ``import specbound`` stays light (it imports neither torch nor the numeric layers).
 """
 
@@ -19,12 +21,13 @@ from typing import Any
 from .version import __version__
 
 _API = frozenset(
-    {"certify", "spectra", "proxies", "load_weights", "inspect", "CertifyResult", "SpectraResult",
-     "ProxiesResult"}
+    {"certify", "verify", "spectra", "proxies", "load_weights", "inspect", "theorem", "Certification",
+     "SpectraResult", "ProxiesResult"}
 )
+_VERDICT = frozenset({"Verdict"})
 _ERRORS = frozenset({"SpecboundError", "CheckpointError", "LayoutError", "NonFiniteError"})
 
-__all__ = sorted(_API | _ERRORS | {"__version__"})
+__all__ = sorted(_API | _ERRORS | _VERDICT | {"__version__"})
 
 
 def __getattr__(name: str) -> Any:
@@ -37,8 +40,12 @@ def __getattr__(name: str) -> Any:
         from . import errors
 
         return getattr(errors, name)
+    if name in _VERDICT:
+        from . import verdict
+
+        return getattr(verdict, name)
     raise AttributeError(f"module 'specbound' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _API | _ERRORS)
+    return sorted(set(globals()) | _API | _ERRORS | _VERDICT)

@@ -1,43 +1,50 @@
-"""The Python API: ``certify``, ``spectra``, ``proxies`` and ``load_weights`` on any model source.
+"""The Python API: one function per job, the path of the command of the same name too.
+
+``certify``, ``verify``, ``spectra``, ``proxies``, ``inspect``, ``theorem``, ``experiment`` and
+``scaling_study`` each compute exactly what ``specbound <job>`` computes: every command parses its
+arguments, calls the function here and renders the typed result it returns (this module never
+imports :mod:`specbound.commands`; tests/test_import_graph.py holds it to that).  ``load_weights``
+gives the covered matrices themselves.
 
 A *model source* is anything :func:`specbound.checkpoint.open_checkpoint` accepts: a path (file,
 Hugging Face folder, sharded folder, ``.gguf``), a repo id already in the local Hugging Face cache
 (resolved offline), a state dict ``Mapping[str, torch.Tensor | numpy.ndarray]``, a
-``torch.nn.Module`` or a ``transformers`` model.  Each function computes exactly what the command
-of the same name computes (they share :mod:`specbound.pipeline`, :mod:`specbound.numeric.spectra`
-and :mod:`specbound.numeric.proxies`) and returns a result with ``to_dict()`` (plain JSON-ready
-values) and ``to_dataframe()`` (one row per matrix; needs the optional ``pandas``, extra
-``specbound[pandas]``).  Bad input raises a :class:`~specbound.errors.SpecboundError` whose
-message is one line.
+``torch.nn.Module`` or a ``transformers`` model.  The results: :class:`Certification` (certify; its
+``verdict`` says what the number is), :class:`SpectraResult`, :class:`ProxiesResult`,
+:class:`~specbound.certified.certificate.VerificationReport` and
+:class:`~specbound.inspection.Inspection`; ``to_dict()`` gives plain JSON-ready values (the
+command's ``--json``) and ``to_dataframe()`` one row per matrix with the identity columns of
+:mod:`specbound.frames` (needs the optional ``pandas``, extra ``specbound[pandas]``).  Bad input
+raises a :class:`~specbound.errors.SpecboundError` whose message is one line.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+import os
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from .certification import Certification
 from .checkpoint import CheckpointSource
 from .checkpoint import load_weights as _load_weights
 from .errors import SpecboundError
 from .formats.state_dict import InMemorySource, describe, is_in_memory
+from .frames import dataframe, proxies_rows, spectra_rows
 
 # The numeric layers (torch) and the pipeline are imported inside the functions that need them, so
 # that ``specbound.load_weights`` on a file never imports torch.
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
+    from .certified.certificate import VerificationReport
+    from .derivation.routes import OccamTheorem, Routes
+    from .derivation.theorem import Theorem
+    from .engine import Engine
+    from .experiment import ExperimentConfig, ExperimentResult, ScalingConfig
+    from .inspection import Inspection
     from .matrices import AnalysisWeights
-
-
-def _dataframe(rows: list[dict]) -> pandas.DataFrame:
-    """``pandas.DataFrame(rows)``; a one-line SpecboundError when pandas is not installed."""
-    try:
-        import pandas
-    except ImportError:
-        raise SpecboundError(
-            "to_dataframe() needs pandas: pip install 'specbound[pandas]'"
-        ) from None
-    return pandas.DataFrame(rows)
+    from .numeric.proxies import ProxyResult
+    from .numeric.spectra import NormSummary, Spectra
 
 
 def _label(model: CheckpointSource | None) -> str:
@@ -65,33 +72,100 @@ def load_weights(
     return _load_weights(_source(model), num_heads=num_heads, activation=activation, view=view)
 
 
+# ------------------------------------------------------------------------------------------------
+# certify and verify
+
+
+def certify(model: CheckpointSource | None = None, data: Any = None, *, cross_check: bool = False,
+            **options: Any) -> Certification:
+    """Certify the bound of ``model`` (None: the embedded default) like ``specbound certify``.
+
+    ``data`` and every keyword (``settings`` or the loose ``n``, ``delta``, ``margin``,
+    ``empirical``, ``readout``; ``samples``, ``seed``, ``num_heads``, ``forward`` = "fast" | "arb",
+    ``workers``, ``scheduler``, ``engine``, ``show_progress``...) are those of
+    :func:`specbound.pipeline.certify`.  ``cross_check``: also evaluate the fast float path at the
+    same plan against the certified values (:func:`cross_check`; in ``result.cross_check``).
+    """
+    from .pipeline import certify as run_certify
+
+    source = _source(model)
+    result = run_certify(source, data=data, **options)
+    if cross_check:
+        result = replace(result, cross_check=_cross_check(result, source, options.get("num_heads")))
+    return result
+
+
+def _cross_check(result: Certification, source: CheckpointSource | None, num_heads: int | None) -> dict[str, Any]:
+    """The fast float path (numeric.bound.evaluate) at the certificate's plan against its certified
+    balls, on the whole model (the certify run may have held its structure only): ``ok`` (None when
+    the numeric layer is not installed), ``checked`` and a one-line ``summary``."""
+    try:
+        from .numeric.bound import evaluate
+        from .numeric.crosscheck import crosscheck
+    except ImportError:
+        return {"ok": None, "summary": "unavailable (specbound.numeric.crosscheck is not installed)"}
+    from .adapters.helpers import is_placeholder
+    from .certified.arb import float_upper
+
+    b = result.bound
+    st = b.settings
+    if st.empirical is None and b.empirical is not None:
+        st = replace(st, empirical=min(1.0, float_upper(b.empirical)))
+    weights = result.weights
+    if any(is_placeholder(m.left) for m in weights.matrices):
+        weights = _load_weights(source, num_heads=num_heads)
+    rep = crosscheck(evaluate(weights, st, b.plan), b, result.enclosures)
+    return {"ok": rep.ok, "checked": rep.checked, "summary": rep.summary()}
+
+
+def verify(certificate: str | os.PathLike | Mapping[str, Any], model: CheckpointSource | None = None, *,
+           recompute_empirical: bool = True) -> VerificationReport:
+    """Re-check a certificate (a path, JSON text or dict) independently from the raw weights, like
+    ``specbound verify`` (:func:`specbound.verification.verify`): the report is ``valid`` or lists
+    every mismatch; a valid report carries the recomputed ``verdict`` and ``scope``."""
+    from .verification import verify as run_verify
+
+    if isinstance(certificate, Mapping):
+        certificate = dict(certificate)
+    elif isinstance(certificate, os.PathLike):
+        certificate = os.fspath(certificate)
+    return run_verify(certificate, model, recompute_empirical=recompute_empirical)
+
+
+# ------------------------------------------------------------------------------------------------
+# spectra and proxies (float path; not certified)
+
+
 @dataclass(frozen=True)
 class SpectraResult:
     """Singular values and norm summary of every covered matrix (float path; not certified)."""
 
     checkpoint: str
     dtype: str
-    weights: Any = field(repr=False)  #: AnalysisWeights
-    spectra: Any = field(repr=False)  #: specbound.numeric.spectra.Spectra
-    summaries: tuple = field(repr=False)  #: NormSummary per matrix
+    view: str  #: the view asked for: analysis, scores or proxy
+    weights: AnalysisWeights = field(repr=False)  #: the structure (matrix values not held)
+    spectra: Spectra = field(repr=False)
+    summaries: tuple[NormSummary, ...] = field(repr=False)
 
-    def to_dict(self, values: bool = False) -> dict:
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per matrix (:func:`specbound.frames.spectra_rows`)."""
+        return spectra_rows(self.summaries)
+
+    def to_dict(self, values: bool = False) -> dict[str, Any]:
         """The ``specbound spectra --json`` document (``values``: every singular value too)."""
-        rows = []
-        for j, s in enumerate(self.summaries):
-            row = s.as_dict()
-            if values:
+        rows = self.rows()
+        if values:
+            for j, row in enumerate(rows):
                 row["singular_values"] = self.spectra.sigma(j).tolist()
-            rows.append(row)
         w = self.weights
         return {"checkpoint": self.checkpoint, "dtype": self.dtype,
-                "view": w.extra.get("view", "analysis"), "layout": w.layout, "variant": w.variant,
+                "view": self.view, "layout": w.layout, "variant": w.variant,
                 "num_layers": w.num_layers, "num_heads": w.num_heads, "width": w.width,
                 "matrices": rows}
 
     def to_dataframe(self) -> pandas.DataFrame:
-        """One row per matrix: the norm summary columns."""
-        return _dataframe([s.as_dict() for s in self.summaries])
+        """One row per matrix: identity columns, then the norm summary."""
+        return dataframe(self.rows())
 
 
 def spectra(
@@ -103,7 +177,8 @@ def spectra(
     view: str = "analysis",
     workers: int | None = None,
     scheduler: str | None = None,
-    engine: Any = None,
+    engine: Engine | None = None,
+    show_progress: bool = False,
 ) -> SpectraResult:
     """Singular values of every covered matrix of ``model`` (in ``view``), as ``specbound spectra``
     computes them (:func:`weights_and_spectra`).  ``weights`` of the result is the model's structure
@@ -111,8 +186,9 @@ def spectra(
     from .numeric.spectra import norm_summaries
 
     weights, values = weights_and_spectra(model, view=view, num_heads=num_heads, dtype=dtype, device=device,
-                                          workers=workers, scheduler=scheduler, engine=engine)
-    return SpectraResult(_label(model), dtype, weights, values, tuple(norm_summaries(values)))
+                                          workers=workers, scheduler=scheduler, engine=engine,
+                                          show_progress=show_progress)
+    return SpectraResult(_label(model), dtype, view, weights, values, tuple(norm_summaries(values)))
 
 
 def weights_and_spectra(
@@ -170,7 +246,9 @@ class ProxiesResult:
     """The paper's two proxies with their per-matrix parts (proxies, not bounds)."""
 
     checkpoint: str
-    result: Any = field(repr=False)  #: specbound.numeric.proxies.ProxyResult
+    weights: AnalysisWeights = field(repr=False)  #: the structure, in the ``proxy`` view
+    spectra: Spectra = field(repr=False)  #: the float singular values the proxies read
+    result: ProxyResult = field(repr=False)
 
     @property
     def ours(self) -> float:
@@ -180,13 +258,18 @@ class ProxiesResult:
     def edelman(self) -> float:
         return self.result.edelman
 
-    def to_dict(self) -> dict:
-        """The ``specbound proxies --json`` document plus the checkpoint label."""
-        return {"checkpoint": self.checkpoint, **self.result.as_dict()}
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per matrix (:func:`specbound.frames.proxies_rows`)."""
+        return proxies_rows(self.weights, self.result)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``specbound proxies --json`` document: the checkpoint label, both proxies and their
+        parts, and the per-matrix rows of the frame."""
+        return {"checkpoint": self.checkpoint, **self.result.as_dict(), "matrices": self.rows()}
 
     def to_dataframe(self) -> pandas.DataFrame:
-        """One row per matrix: the per-matrix proxy records."""
-        return _dataframe([r.as_dict() for r in self.result.matrices])
+        """One row per matrix: identity columns, then the per-matrix proxy records."""
+        return dataframe(self.rows())
 
 
 def proxies(
@@ -196,72 +279,28 @@ def proxies(
     device: str = "cpu",
     workers: int | None = None,
     scheduler: str | None = None,
-    engine: Any = None,
+    engine: Engine | None = None,
+    show_progress: bool = False,
 ) -> ProxiesResult:
     """Both paper proxies of ``model``, as ``specbound proxies`` computes them (the singular values
     by :func:`weights_and_spectra` in the ``proxy`` view: no score scale, the proxies' convention)."""
     from .numeric.proxies import paper_proxies
 
     weights, values = weights_and_spectra(model, view="proxy", num_heads=num_heads, device=device,
-                                          workers=workers, scheduler=scheduler, engine=engine)
+                                          workers=workers, scheduler=scheduler, engine=engine,
+                                          show_progress=show_progress)
     try:
         result = paper_proxies(weights, spectra=values)
     except ValueError as exc:
         raise SpecboundError(f"{_label(model)}: {exc}") from None
-    return ProxiesResult(_label(model), result)
+    return ProxiesResult(_label(model), weights, values, result)
 
 
-@dataclass(frozen=True)
-class CertifyResult:
-    """A certified bound; ``to_dict()`` is the certificate ``specbound certify --json`` prints."""
-
-    checkpoint: str
-    result: Any = field(repr=False)  #: specbound.pipeline.CertifyResult
-
-    @property
-    def bound(self) -> Any:
-        """The certified bound record (Arb balls; ``.bound`` is None without an empirical term)."""
-        return self.result.bound
-
-    @property
-    def scope(self) -> dict:
-        """What the number is a bound for (the certificate's scope block)."""
-        return self.result.scope
-
-    @property
-    def proven(self) -> bool:
-        """False when a lemma constant was overridden below its proven value (NOT A PROVEN BOUND)."""
-        return self.result.proven
-
-    @property
-    def vacuous(self) -> bool | None:
-        """True when the bound is >= 1; None when there is no empirical term (no bound)."""
-        return self.result.vacuous
-
-    def to_dict(self) -> dict:
-        from .certified.certificate import to_json
-
-        return to_json(self.result)
-
-    def to_dataframe(self) -> pandas.DataFrame:
-        """One row per matrix: the certificate's per-matrix records."""
-        return _dataframe(list(self.to_dict().get("matrices", [])))
+# ------------------------------------------------------------------------------------------------
+# inspect, theorem, experiments
 
 
-def certify(model: CheckpointSource | None = None, data: Any = None, **options: Any) -> CertifyResult:
-    """Certify the bound of ``model`` (None: the embedded default) like ``specbound certify``.
-
-    ``data`` and every keyword (``n``, ``delta``, ``margin``, ``empirical``, ``samples``, ``seed``,
-    ``num_heads``, ``readout``, ``settings``, ``forward`` = "fast" | "arb", ``workers``,
-    ``scheduler``, ``engine``...) are those of :func:`specbound.pipeline.certify`, the path of the
-    command too.
-    """
-    from .pipeline import certify as run_certify
-
-    return CertifyResult(_label(model), run_certify(_source(model), data=data, **options))
-
-
-def inspect(model: CheckpointSource, *, num_heads: int | None = None) -> Any:
+def inspect(model: CheckpointSource, *, num_heads: int | None = None) -> Inspection:
     """What specbound reads from ``model``: the :class:`specbound.inspection.Inspection` that
     ``specbound inspect`` prints (``to_dict()``: its ``--json``)."""
     from .inspection import inspect_checkpoint
@@ -269,7 +308,48 @@ def inspect(model: CheckpointSource, *, num_heads: int | None = None) -> Any:
     return inspect_checkpoint(_source(model), num_heads=num_heads)
 
 
+THEOREM_ROUTES = ("rademacher", "occam", "both")
+"""The routes :func:`theorem` assembles (``specbound theorem --route``)."""
+
+
+def theorem(route: str = "rademacher", *, overrides: Mapping[str, Any] | None = None, massart: str = "centred",
+            dudley: str = "centred", activation: str = "gelu", model: str = "plain") -> Theorem | OccamTheorem | Routes:
+    """The theorem assembled from the SymPy lemma objects, as ``specbound theorem`` renders it
+    (:func:`specbound.derivation.render.render`): ``route`` "rademacher" (the main theorem),
+    "occam" (``massart`` / ``dudley`` do not apply) or "both" (each at delta/2); ``overrides``
+    maps a lemma constant (C_sm, L_phi, B_phi) to its exact value; ``model`` a model variant."""
+    from .derivation.routes import assemble_occam, assemble_routes
+    from .derivation.theorem import DerivationError, assemble
+
+    overrides = dict(overrides or {})
+    if route == "occam":
+        return assemble_occam(overrides, activation=activation, model=model)
+    if route == "both":
+        return assemble_routes(overrides, massart=massart, dudley=dudley, activation=activation, model=model)
+    if route != "rademacher":
+        raise DerivationError(f"unknown route {route!r}; expected one of {', '.join(THEOREM_ROUTES)}")
+    return assemble(overrides, massart=massart, dudley=dudley, activation=activation, model=model)
+
+
+def experiment(config: ExperimentConfig, *, progress: Callable[[str], None] | None = None) -> ExperimentResult:
+    """Train one reference model and measure it, as ``specbound experiment run`` does
+    (:func:`specbound.experiment.run_experiment`)."""
+    from .experiment import run_experiment
+
+    return run_experiment(config, progress=progress)
+
+
+def scaling_study(config: ScalingConfig, *, progress: Callable[[str], None] | None = None,
+                  cache: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The depth x width study of ``specbound experiment scaling``
+    (:func:`specbound.experiment.scaling_study`)."""
+    from .experiment import scaling_study as run_study
+
+    return run_study(config, progress=progress, cache=cache)
+
+
 __all__ = [
-    "CertifyResult", "ProxiesResult", "SpectraResult",
-    "certify", "inspect", "load_weights", "proxies", "spectra",
+    "Certification", "ProxiesResult", "SpectraResult",
+    "certify", "experiment", "inspect", "load_weights", "proxies", "scaling_study", "spectra", "theorem",
+    "verify",
 ]

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
 
 from specbound.adapters import capabilities, detect
+from specbound.certification import Certification
 from specbound.certified.bound import certify_bound
 from specbound.certified.certificate import decimal_up
 from specbound.certified.gram_enclosure import METHOD as DEFAULT_ENCLOSURE, enclose_matrices
@@ -36,32 +37,16 @@ from specbound.numeric import planner
 from specbound.plan import BoundSettings
 from specbound.progress import progress_bar
 from specbound.scope import scope_block
+from specbound.verdict import Verdict, verdict_of
 from specbound.vocabulary import (
     CAPABILITY_CERTIFY, CAPABILITY_FLOAT_FORWARD, FORWARD_FAST, READOUT_TRAINED, VIEW_ANALYSIS,
 )
 
-@dataclass(frozen=True)
-class CertifyResult:
-    """A certified bound with its provenance (checkpoint, empirical source, enclosure routes)."""
+DEFAULT_DELTA = 0.05
+"""The confidence parameter delta when neither ``settings`` nor ``delta`` gives one."""
 
-    bound: object  #: specbound.certified.bound.CertifiedBound
-    weights: object  #: AnalysisWeights
-    checkpoint: dict
-    source: EmpiricalSource
-    enclosure_methods: tuple[str, ...]
-    seconds: dict = field(default_factory=dict)
-    enclosures: tuple = field(default=(), repr=False)  #: the SingularValueEnclosure of each matrix
-    scope: dict = field(default_factory=dict)  #: what the number is a bound for (:func:`scope_of`)
-
-    @property
-    def proven(self) -> bool:
-        """False when a lemma constant was overridden below its proven value (NOT A PROVEN BOUND)."""
-        return bool(self.scope.get("proven", True))
-
-    @property
-    def vacuous(self) -> bool | None:
-        """True when the bound is >= 1 (None without an empirical term: then there is no bound)."""
-        return self.scope.get("vacuous")
+LOOSE_SETTINGS = ("n", "delta", "margin", "empirical", "readout")
+"""The keywords of :func:`certify` that a ``settings`` (BoundSettings) gives instead."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -147,33 +132,35 @@ def enclose_all(weights, *, method: str = DEFAULT_ENCLOSURE, progress=None) -> l
 
 def certify(
     checkpoint: str | os.PathLike | None = None,
-    settings=None,
+    settings: BoundSettings | None = None,
     data=None,
     *,
     n: int | None = None,
-    delta: float = 0.05,
+    delta: float | None = None,
     margin: float | None = None,
     empirical: float | None = None,
+    readout: str | None = None,
     samples: int | None = None,
     seed: int | None = None,
     num_heads: int | None = None,
-    readout: str = READOUT_TRAINED,
     plan=None,
     workers: int | None = None,
     show_progress: bool = False,
     forward: str = FORWARD_FAST,
     engine=None,
     scheduler: str | None = None,
-) -> CertifyResult:
+) -> Certification:
     """Certify the bound of ``checkpoint`` (None: the embedded default), like ``specbound certify``.
 
     Empirical term, first that applies: ``data`` (a .npz path or DataSet: certified ramp loss, n =
     its size); ``empirical`` / ``settings.empirical`` (user-supplied, NOT certified; needs n);
     the training sample S when the model's record says ``"bound_sample": "train"`` (n = its size);
     fresh ``samples`` (default 2000) of the model's recorded task drawn with ``seed`` (default 3);
-    else none (only complexity + confidence are certified; needs n).  ``settings`` (a
-    BoundSettings) replaces n/delta/margin/empirical/readout.  ``forward`` is the certified forward
-    pass of the empirical term: "fast" (default, proofs_notes/fast_forward.md) or "arb".
+    else none (only complexity + confidence are certified; needs n).  The bound's settings are
+    either ``settings`` (a BoundSettings; its n is replaced by the data's size when there is data) or
+    the loose keywords ``n``, ``delta`` (default 0.05), ``margin``, ``empirical``, ``readout``
+    (default "trained"), never both (a SpecboundError).  ``forward`` is the certified forward pass
+    of the empirical term: "fast" (default, proofs_notes/fast_forward.md) or "arb".
 
     The enclosures and the Arb forward passes run as tasks of one engine
     (:func:`specbound.engine.open_engine`): in process by default, on ``workers`` processes of this
@@ -183,6 +170,14 @@ def certify(
     """
     from specbound.engine import open_engine
 
+    loose = {"n": n, "delta": delta, "margin": margin, "empirical": empirical, "readout": readout}
+    if settings is not None:
+        given = [k for k in LOOSE_SETTINGS if loose[k] is not None]
+        if given:
+            raise SpecboundError(f"give either settings= or the keywords {', '.join(given)}, not both "
+                                 f"(settings holds {', '.join(LOOSE_SETTINGS)})")
+    delta = DEFAULT_DELTA if delta is None else delta
+    readout = READOUT_TRAINED if readout is None else readout
     with open_engine(workers=workers, scheduler=scheduler, engine=engine) as eng:
         return _certify(eng, checkpoint, settings, data, n=n, delta=delta, margin=margin, empirical=empirical,
                         samples=samples, seed=seed, num_heads=num_heads, readout=readout, plan=plan,
@@ -190,7 +185,7 @@ def certify(
 
 
 def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical, samples, seed, num_heads,
-             readout, plan, show_progress, forward) -> CertifyResult:
+             readout, plan, show_progress, forward) -> Certification:
     """:func:`certify` on ``engine``."""
     from specbound.engine import enclose_on, ramp_blocks, source_of
 
@@ -263,16 +258,20 @@ def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical,
     clock["bound"] = time.perf_counter() - t4
     ckpt = {"path": "<embedded default>" if checkpoint is None else str(checkpoint),
             "embedded_default": checkpoint is None, "sha256": weights.sha256, "layout": weights.layout}
-    return CertifyResult(bound=result, weights=weights, checkpoint=ckpt, source=source,
-                         enclosure_methods=tuple(e.method for e in encs), seconds=clock,
-                         enclosures=tuple(encs), scope=scope_of(weights, ckpt, source, result))
+    scope, verdict = judge(weights, ckpt, source, result)
+    return Certification(bound=result, weights=weights, checkpoint=ckpt, source=source,
+                         enclosures=tuple(encs), scope=scope, verdict=verdict, seconds=clock)
 
 
-def scope_of(weights, checkpoint: dict, source: EmpiricalSource, bound) -> dict:
-    """The scope block of a certified result (:func:`specbound.scope.scope_block`): the analysis model
-    of which checkpoint, what was kept/replaced/dropped, activation, read-out, S and n, whether the
-    empirical term is certified, every lemma-constant override against its proven value, and whether
-    the bound is vacuous.  ``verify`` rebuilds it from the checkpoint with this same function."""
+def judge(weights, checkpoint: dict, source: EmpiricalSource, bound) -> tuple[dict, Verdict]:
+    """The scope block and the verdict of a certified result, each computed once.
+
+    The verdict (:func:`specbound.verdict.verdict_of`): a bound or not, proven (every lemma-constant
+    override at or above its proven value), vacuous, empirical term certified.  The scope block
+    (:func:`specbound.scope.scope_block`): the analysis model of which checkpoint, what was
+    kept/replaced/dropped, activation, read-out, S and n, whether the empirical term is certified,
+    every override against its proven value, and the verdict's facts.  ``verify`` rebuilds both
+    from the checkpoint with this same function."""
     st = bound.settings
     variant = getattr(weights, "variant", "plain") or "plain"
     overrides = []
@@ -280,9 +279,13 @@ def scope_of(weights, checkpoint: dict, source: EmpiricalSource, bound) -> dict:
         from specbound.derivation.theorem import overrides_record
 
         overrides = overrides_record(st.overrides, weights.activation, variant)
+    verdict = verdict_of(
+        bound_upper=None if bound.bound is None else exact_value(bound.bound.upper()),
+        partial_upper=exact_value(bound.partial.upper()),
+        proven=all(o["proven"] is True for o in overrides), empirical_certified=source.certified)
     return scope_block(
         checkpoint=str(checkpoint["path"]), sha256=str(checkpoint["sha256"]), model=weights.scope,
         variant=variant, activation=weights.activation, readout=bound.readout,
         empirical_kind=source.kind, empirical_certified=source.certified, empirical_detail=source.detail,
         n=st.n, margin=decimal_up(bound.rho, 12),
-        overrides=overrides, bound_upper=None if bound.bound is None else exact_value(bound.bound.upper()))
+        overrides=overrides, verdict=verdict), verdict

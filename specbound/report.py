@@ -94,7 +94,7 @@ def plot_contribution_vs_p(result, folder: str | os.PathLike) -> Path:
     fig, axes = plt.subplots(1, len(MATRIX_KINDS), figsize=(4 * len(MATRIX_KINDS), 3.5), squeeze=False)
     for ax, kind in zip(axes[0], MATRIX_KINDS):
         for j, rec in enumerate(result.matrices):
-            if rec.type != kind or not c[j, 0] > 0:
+            if rec.kind != kind or not c[j, 0] > 0:
                 continue
             curve = c[j] / c[j, 0]
             ax.semilogy(grid, curve, lw=0.8, alpha=0.6)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .verdict import NOT_PROVEN, Verdict, is_vacuous, proven_in  # noqa: F401  (is_vacuous: still imported from here by specbound.experiments)
 from .vocabulary import (
     EMPIRICAL_DATA,
     EMPIRICAL_TASK,
@@ -62,12 +63,6 @@ class ModelScope:
 # ------------------------------------------------------------------------------------------------
 # the scope block of a certified result: what the number is a bound *for*, in every output
 
-NOT_PROVEN = "NOT A PROVEN BOUND"
-"""The label of a result built with a lemma constant below its proven value (an unproven claim)."""
-
-VACUOUS = "vacuous"
-"""The word printed next to a bound >= 1: a bound on a probability that says nothing."""
-
 READOUT_PHRASES: dict[str, str] = {
     READOUT_TRAINED: "treated as fitted on S: its cover is included (paid for in the bound)",
     READOUT_FIXED: ("ASSUMPTION: chosen independently of S (--readout fixed, or no read-out in the checkpoint): "
@@ -78,11 +73,6 @@ READOUT_PHRASES: dict[str, str] = {
 USER_EMPIRICAL_PHRASE = ("ASSUMPTION: the empirical term is a number supplied by the user, NOT certified; it "
                          "must be the ramp loss of the analysis model (not the checkpoint's own network or "
                          "loss) at the printed rounded margin rho~ on S")
-
-
-def is_vacuous(upper) -> bool:
-    """A bound on the 0-1 risk is vacuous when its upper endpoint is >= 1 (any risk is <= 1)."""
-    return upper >= 1
 
 
 def _sample_phrase(kind: str, detail: dict, n: int) -> str:
@@ -104,13 +94,13 @@ def _sample_phrase(kind: str, detail: dict, n: int) -> str:
 
 def scope_block(*, checkpoint: str, sha256: str, model: ModelScope | None, variant: str, activation: str,
                 readout: str, empirical_kind: str, empirical_certified: bool, empirical_detail: dict,
-                n: int, margin: str, overrides: list[dict], bound_upper=None) -> dict:
+                n: int, margin: str, overrides: list[dict], verdict: Verdict) -> dict:
     """The scope of one certified result as a JSON-able dict (keys in the order they are printed).
 
     ``overrides``: one dict per lemma-constant override with ``name``, ``value``, ``proven_value``
-    and ``proven`` (value >= the proven value).  ``bound_upper``: the bound's upper endpoint (a
-    Fraction or float) or None when there is no empirical term (then it is not a bound).  ``proven``
-    is False as soon as one override is below its proven value; ``vacuous`` is None without a bound.
+    and ``proven`` (value >= the proven value).  ``verdict``: the result's :class:`Verdict`, whose
+    ``proven``, ``is_bound`` and ``vacuous`` the block records (``proven`` must be False as soon as
+    one override is below its proven value).
     """
     model = model or ModelScope(family="unknown (the adapter gave no account)")
     assumptions = []
@@ -118,11 +108,11 @@ def scope_block(*, checkpoint: str, sha256: str, model: ModelScope | None, varia
         assumptions.append("read-out " + READOUT_PHRASES[READOUT_FIXED])
     if empirical_kind == EMPIRICAL_USER:
         assumptions.append(USER_EMPIRICAL_PHRASE)
-    low = [o for o in overrides if not o["proven"]]
+    if verdict.proven and any(not o["proven"] for o in overrides):
+        raise ValueError("a verdict of 'proven' with a lemma constant below its proven value")
     for o in overrides:
         tag = "at or above the proven value" if o["proven"] else NOT_PROVEN
         assumptions.append(f"lemma constant {o['name']} = {o['value']} (proven value {o['proven_value']}): {tag}")
-    is_bound = bound_upper is not None
     return {
         "bound_for": f"the analysis model of {checkpoint} (sha256 {sha256[:16]}...), not the checkpoint's own network",
         "family": model.family,
@@ -142,9 +132,9 @@ def scope_block(*, checkpoint: str, sha256: str, model: ModelScope | None, varia
                       else "absent: complexity + confidence only, NOT a bound"),
         "assumptions": assumptions,
         "overrides": overrides,
-        "proven": not low,
-        "is_bound": is_bound,
-        "vacuous": None if not is_bound else bool(is_vacuous(bound_upper)),
+        "proven": verdict.proven,
+        "is_bound": verdict.is_bound,
+        "vacuous": verdict.vacuous,
     }
 
 
@@ -161,6 +151,15 @@ def scope_lines(block: dict) -> list[str]:
             f"  margin: rho~ = {block['margin']} (the rounded margin of the empirical ramp loss)",
             f"  empirical term: {block['empirical']}"]
     out += [f"  {a}" for a in block["assumptions"]]
-    if not block["proven"]:
+    if not proven_in(block):  # fail closed: a block that does not say proven is not
         out.append(f"  {NOT_PROVEN}: a lemma constant is below its proven value")
     return out
+
+
+def scope_summary(block: dict) -> str:
+    """The scope block in one line: which model, which sample, which empirical term, how many
+    assumptions (``verify`` prints it next to the verdict)."""
+    assumptions = len(block.get("assumptions") or ())
+    return (f"the analysis model of {block['bound_for'].removeprefix('the analysis model of ')}; "
+            f"S: {block['sample']}; empirical term: {block['empirical']}"
+            + (f"; {assumptions} ASSUMPTION{'S' if assumptions > 1 else ''} (listed below)" if assumptions else ""))

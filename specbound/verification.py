@@ -28,7 +28,7 @@ from specbound.certified.arb import WORK_PREC, precision
 from specbound.certified.bound import certify_bound, decimal_fraction, grid_m, readout_ball
 from specbound.certified.certificate import (
     CertificateError, VerificationReport, ball, check_ball, check_ranges, decimal_matches, decimal_up, frac,
-    label, parse_ball, plan_from, read, settings_from,
+    parse_ball, plan_from, read, settings_from,
 )
 from specbound.certified.factored import enclose
 from specbound.certified.norms import schatten_power, spectral_norm
@@ -37,7 +37,7 @@ from specbound.checkpoint import file_sha256, load_weights
 from specbound.derivation.theorem import VARIANTS, unproven_overrides
 from specbound.empirical import dataset_of, empirical_ball, from_record, task_record, training_record
 from specbound.errors import SpecboundError
-from specbound.pipeline import scope_of
+from specbound.pipeline import judge
 from specbound.plan import BoundSettings
 from specbound.vocabulary import (
     CERTIFIED_SOURCES, EMPIRICAL_DATA, EMPIRICAL_NONE, EMPIRICAL_SOURCES, EMPIRICAL_TASK, EMPIRICAL_TRAIN,
@@ -272,17 +272,17 @@ def _verify(cert: dict, checkpoint, recompute_empirical: bool) -> VerificationRe
     if res.get("is_bound") is not (fresh.bound is not None):
         rep.add("result.is_bound", res.get("is_bound"), fresh.bound is not None)
     src = from_record(cert["empirical_source"])
-    rep.scope = scope_of(weights, {"path": ck.get("path"), "sha256": weights.sha256}, src, fresh)
+    rep.scope, verdict = judge(weights, {"path": ck.get("path"), "sha256": weights.sha256}, src, fresh)
     recorded_scope = cert.get("scope")
     if not isinstance(recorded_scope, dict):
         rep.add("scope", recorded_scope, "the scope block (absent or malformed)")
     else:
         for key in sorted(set(recorded_scope) | set(rep.scope)):
             rep.compare(f"scope.{key}", recorded_scope.get(key), rep.scope.get(key))
-    rep.compare("result.proven", res.get("proven"), rep.scope["proven"])
-    rep.compare("result.vacuous", res.get("vacuous"), rep.scope["vacuous"])
-    rep.compare("result.label", res.get("label"), label(fresh.bound is not None, rep.scope["proven"],
-                                                         rep.scope["vacuous"]))
+    rep.compare("result.proven", res.get("proven"), verdict.proven)
+    rep.compare("result.vacuous", res.get("vacuous"), verdict.vacuous)
+    rep.compare("result.label", res.get("label"), verdict.label)
+    rep.verdict = verdict
     for key, value in (("bound", fresh.bound), ("complexity", fresh.complexity),
                        ("confidence", fresh.confidence), ("partial", fresh.partial)):
         if value is None:

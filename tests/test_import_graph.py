@@ -1,4 +1,6 @@
-"""The import graph of ``specbound.*``: no cycle (what the layers may import: tests/test_layering.py).
+"""The import graph of ``specbound.*``: no cycle, and API first -- :mod:`specbound.api` never reaches
+``specbound.commands`` or the CLI, and each command reaches its job through the API (what the layers
+may import: tests/test_layering.py).
 
 A static scan (AST, nothing is imported): every ``import``/``from ... import`` of a ``specbound``
 module anywhere in a file counts, at module level or inside a function, so a function-local
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 #: source folder of each installed package (pyproject.toml package-dir)
@@ -140,3 +144,53 @@ def test_no_import_cycle_among_specbound_modules():
     cycles = _cycles(GRAPH)
     assert cycles == [], f"import cycles: {cycles}"
 
+
+
+# ------------------------------------------------------------------------------------------------
+# API first: the commands call the API, never the other way round
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others (lazy imports included)."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for w in graph.get(todo.pop(), ()):
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def _is_shell(module: str) -> bool:
+    return module == "specbound.cli" or module == "specbound.commands" or module.startswith("specbound.commands.")
+
+
+def test_the_reachability_scan_can_fail():
+    graph = {"specbound.api": {"specbound.x"}, "specbound.x": {"specbound.commands.proxies"}}
+    assert any(_is_shell(m) for m in _reachable(graph, "specbound.api"))
+    assert not any(_is_shell(m) for m in _reachable({"specbound.api": {"specbound.x"}}, "specbound.api"))
+
+
+def test_the_api_never_reaches_the_commands_or_the_cli():
+    bad = sorted(m for m in _reachable(GRAPH, "specbound.api") if _is_shell(m))
+    assert not bad, f"specbound.api reaches the command line through {bad}"
+
+
+COMMAND_MODULES = sorted(m for m in MODULES if m.startswith("specbound.commands."))
+
+JOB_MODULES = ("specbound.pipeline", "specbound.verification", "specbound.inspection",
+               "specbound.derivation.routes", "specbound.experiments.run", "specbound.experiments.scaling")
+"""Where the jobs are computed: a command reaches them through :mod:`specbound.api` only."""
+
+
+def test_there_are_commands_to_check():
+    assert "specbound.commands.certify" in COMMAND_MODULES and len(COMMAND_MODULES) >= 7
+
+
+@pytest.mark.parametrize("module", COMMAND_MODULES)
+def test_each_command_calls_the_api_and_not_the_job_itself(module):
+    imports = GRAPH[module]
+    assert "specbound.api" in imports, f"{module} does not call specbound.api"
+    direct = sorted(set(JOB_MODULES) & imports)
+    assert not direct, f"{module} computes its job itself through {direct} instead of specbound.api"

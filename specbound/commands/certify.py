@@ -1,9 +1,10 @@
 """``specbound certify [CHECKPOINT]``: the certified bound of a checkpoint (default: the embedded model).
 
-Prints the certified bound (an upper endpoint of an Arb ball), its parts (empirical term with its
-source, complexity term 2 min(SS, DD), confidence term) and a per-matrix table.  Without data and
-without ``--empirical-loss`` for a checkpoint with no recorded task (e.g. BERT) only the certified
-complexity + confidence part is printed, and it is said that this is not a bound.
+Parses the options, calls :func:`specbound.api.certify` and renders its :class:`Certification`: the
+verdict's headline (the bound, an upper endpoint of an Arb ball, with every qualification), its
+parts (empirical term with its source, complexity term 2 min(SS, DD), confidence term) and a
+per-matrix table.  Without data and without ``--empirical-loss`` for a checkpoint with no recorded
+task (e.g. BERT) only the certified complexity + confidence part is printed, headed as NOT a bound.
 """
 
 from __future__ import annotations
@@ -11,11 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from specbound.errors import SpecboundError
 from specbound.vocabulary import (
     EMPIRICAL_DATA, EMPIRICAL_TASK, EMPIRICAL_TRAIN, EMPIRICAL_USER, FORWARD_METHODS, READOUT_TRAINED, READOUTS,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from specbound.certification import Certification
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -123,14 +128,14 @@ def _source_line(result) -> str:
     return "missing"
 
 
-def print_result(result) -> None:
+def print_result(result: Certification) -> None:
+    """The certificate as tables: the scope, the settings, the verdict's headline, the parts and
+    one row per matrix."""
+    from rich.markup import escape
     from rich.table import Table
 
     from specbound.commands.proxies import console
-
-    from rich.markup import escape
-
-    from specbound.scope import NOT_PROVEN, VACUOUS, scope_lines
+    from specbound.scope import scope_lines
 
     b = result.bound
     out = console()
@@ -142,21 +147,18 @@ def print_result(result) -> None:
               f"read-out {b.readout}, grid m = {b.m}")
     for note in b.notes.values():
         out.print(f"note: {note}")
-    tags = ([f"  {VACUOUS} (>= 1)"] if result.vacuous else []) + ([f"  {NOT_PROVEN}"] if not result.proven else [])
+    if b.bound is None:
+        out.print("no empirical term (no data, no task, no --empirical-loss): this is NOT a bound")
+    out.print(f"[bold]{escape(result.verdict.headline)}[/bold]")
     if b.bound is not None:
-        out.print(f"[bold]certified bound on the 0-1 risk: {_up(b.bound)}[/bold]" + "".join(tags)
-                  + ("  (the empirical term is user-supplied: NOT certified)" if not result.source.certified else ""))
         out.print(f"  empirical ramp loss  {_up(b.empirical)}   ({_source_line(result)})")
-    else:
-        out.print("[bold]no empirical term[/bold] (no data, no task, no --empirical-loss): this is NOT a bound")
-        out.print(f"certified complexity + confidence: {_up(b.partial)}" + "".join(tags))
     out.print(f"  complexity 2min(SS,DD) {_up(b.complexity)}   (SS = {_up(b.SS)}, DD = {_up(b.DD)})")
     out.print(f"  confidence             {_up(b.confidence)}   (Lambda = {_up(b.Lambda)})")
     table = Table(title="per-matrix (certified upper endpoints)")
-    for col in ("type", "layer", "head", "spectral norm", "p", "proven rank", "contribution"):
-        table.add_column(col, justify="left" if col == "type" else "right")
+    for col in ("kind", "layer", "head", "spectral norm", "p", "proven rank", "contribution"):
+        table.add_column(col, justify="left" if col == "kind" else "right")
     for r in b.matrices:
-        table.add_row(r.type, str(r.layer), "-" if r.head < 0 else str(r.head), _up(r.spectral_norm),
+        table.add_row(r.kind, str(r.layer), "-" if r.head < 0 else str(r.head), _up(r.spectral_norm),
                       str(r.p), str(r.proven_rank), _up(r.contribution))
     out.print(table)
     sec = result.seconds
@@ -164,31 +166,28 @@ def print_result(result) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specbound.certified.certificate import to_json
-    from specbound.pipeline import certify
+    from specbound.api import certify
     from specbound.engine import engine_options
     from specbound.progress import should_show
 
     kw = _settings_kwargs(args)
     engine = engine_options(args)
     _check_destination(args)
-    result = certify(args.checkpoint, data=args.data, show_progress=should_show(args.json), **engine, **kw)
-    cert = to_json(result)
-    if args.cross_check:
-        cert["cross_check"] = _cross_check(result, args.checkpoint, kw["num_heads"])
+    result = certify(args.checkpoint, data=args.data, cross_check=args.cross_check,
+                     show_progress=should_show(args.json), **engine, **kw)
+    cert = result.to_dict()
+    failed = args.cross_check and result.cross_check["ok"] is False
     if args.out is not None:
         _write(args.out, cert)
     if args.json:
         sys.stdout.write(json.dumps(cert, indent=2) + "\n")
-        return 1 if args.cross_check and cert["cross_check"]["ok"] is False else 0
+        return 1 if failed else 0
     print_result(result)
     if args.cross_check:
-        print(cert["cross_check"]["summary"])
+        print(result.cross_check["summary"])
     if args.out:
         print(f"certificate written to {args.out}")
-    if args.cross_check and cert["cross_check"]["ok"] is False:
-        return 1
-    return 0
+    return 1 if failed else 0
 
 
 def _check_destination(args) -> None:
@@ -205,30 +204,3 @@ def _write(path, cert) -> None:
     from specbound.output import write_json_atomic
 
     write_json_atomic(path, cert)
-
-
-def _cross_check(result, checkpoint, num_heads) -> dict:
-    """Fast float path (numeric.bound.evaluate) at the same plan vs the certified balls (on the
-    whole model: the certify run may have held its structure only)."""
-    from dataclasses import replace
-
-    try:
-        from specbound.numeric.bound import evaluate
-        from specbound.numeric.crosscheck import crosscheck
-    except ImportError:
-        return {"ok": None, "summary": "unavailable (specbound.numeric.crosscheck is not installed)"}
-    from specbound.certified.arb import float_upper
-
-    b = result.bound
-    st = b.settings
-    if st.empirical is None and b.empirical is not None:
-        st = replace(st, empirical=min(1.0, float_upper(b.empirical)))
-    from specbound.adapters.helpers import is_placeholder
-    from specbound.checkpoint import load_weights
-
-    weights = result.weights
-    if any(is_placeholder(m.left) for m in weights.matrices):
-        weights = load_weights(checkpoint, num_heads=num_heads)
-    numeric = evaluate(weights, st, b.plan)
-    rep = crosscheck(numeric, b, result.enclosures)
-    return {"ok": rep.ok, "checked": rep.checked, "summary": rep.summary()}

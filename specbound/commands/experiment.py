@@ -2,10 +2,10 @@
 
 ``run`` trains one analysis-model Transformer (deterministic, CPU), then prints the test error with
 its exact Clopper-Pearson interval, the certified empirical ramp loss on the bound sample, the
-certified bound with its parts, and bound / test error (:func:`specbound.experiment.run_experiment`).
+certified bound with its parts, and bound / test error (:func:`specbound.api.experiment`).
 
 ``scaling`` trains a depth x width grid and writes a Markdown table, fitted growth exponents and
-plots (:func:`specbound.experiment.scaling_study`).
+plots (:func:`specbound.api.scaling_study`).
 """
 
 from __future__ import annotations
@@ -137,7 +137,8 @@ def _say(enabled: bool):
 
 
 def _run_one(args: argparse.Namespace) -> int:
-    from specbound.experiment import ExperimentConfig, run_experiment
+    from specbound.api import experiment
+    from specbound.experiment import ExperimentConfig
 
     from specbound.destination import check_file
 
@@ -149,7 +150,7 @@ def _run_one(args: argparse.Namespace) -> int:
         check_file(Path(args.save).with_suffix(".json"), "--save")
     config = ExperimentConfig(train=_train_config(args, args.layers, args.width), n=args.n, sample=args.sample,
                               n_test=args.n_test, margin=args.margin, delta=args.delta, workers=args.workers)
-    result = run_experiment(config, progress=_say(not args.json))
+    result = experiment(config, progress=_say(not args.json))
     out = result.as_dict()
     # everything is computed; now write (nothing half-written on failure above)
     if args.save is not None:
@@ -215,7 +216,8 @@ def _run_scaling(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from specbound.destination import check_file, check_folder
-    from specbound.experiment import ScalingConfig, scaling_markdown, scaling_plots, scaling_study, write_scaling_section
+    from specbound.api import scaling_study
+    from specbound.experiment import ScalingConfig, scaling_markdown, scaling_plots, write_scaling_section
 
     check_file(args.out, "--out")
     check_folder(args.figures, "--figures")

@@ -1,6 +1,6 @@
 """``specbound inspect CHECKPOINT``: the detected family and layout, the config values used, every
 tensor read (and as what), every tensor ignored (and why), and what a certified number would be
-about (:mod:`specbound.inspection`)."""
+about (:func:`specbound.api.inspect`, rendered here)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specbound.inspection import inspect_checkpoint
+    from specbound.api import inspect
 
-    report = inspect_checkpoint(args.checkpoint, num_heads=args.num_heads)
+    report = inspect(args.checkpoint, num_heads=args.num_heads)
     if args.json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
         return 0

@@ -1,7 +1,8 @@
 """``specbound proxies CHECKPOINT``: the paper's BERT-adapted proxies (docs/design.md section 6), exactly.
 
-Prints a per-matrix table and the two proxy values, and says where our rigorous theorem differs.
-These numbers are the paper's *proxies*, not bounds (see :mod:`specbound.numeric.proxies`).
+Calls :func:`specbound.api.proxies` and prints a per-matrix table and the two proxy values, and says
+where our rigorous theorem differs.  These numbers are the paper's *proxies*, not bounds (see
+:mod:`specbound.numeric.proxies`).
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-
-from specbound.errors import SpecboundError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,17 +25,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from specbound.engine import add_engine_arguments
 
     add_engine_arguments(parser)
-
-
-def weights_and_spectra(args: argparse.Namespace, view: str, *, dtype: str = "float64", json_output: bool = False):
-    """(weights, float spectra) for spectra and proxies: :func:`specbound.api.weights_and_spectra`,
-    the path of the API too, on the engine of ``--workers`` / ``--scheduler``."""
-    from specbound.api import weights_and_spectra as job
-    from specbound.engine import engine_options
-    from specbound.progress import should_show
-
-    return job(args.checkpoint, view=view, num_heads=getattr(args, "num_heads", None), dtype=dtype,
-               device=args.device, show_progress=should_show(json_output), **engine_options(args))
 
 
 def check_destinations(args: argparse.Namespace) -> None:
@@ -62,40 +50,41 @@ def _fmt(x: float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specbound.numeric.proxies import DIFFERENCES, paper_proxies
+    from specbound.api import proxies
+    from specbound.engine import engine_options
+    from specbound.numeric.proxies import DIFFERENCES
+    from specbound.progress import should_show
 
     check_destinations(args)
-    # no score scale: the companion code's convention
-    weights, spectra = weights_and_spectra(args, "proxy", json_output=args.json)
-    try:
-        result = paper_proxies(weights, spectra=spectra)
-    except ValueError as exc:
-        raise SpecboundError(f"{args.checkpoint}: {exc}") from None
+    # the proxy view (no score scale): the companion code's convention
+    proxy = proxies(args.checkpoint, num_heads=args.num_heads, device=args.device,
+                    show_progress=should_show(args.json), **engine_options(args))
+    result = proxy.result
 
     # Compute everything first, then write: a failure above leaves no file behind.
     if args.csv is not None:
         from specbound.report import write_csv
 
-        write_csv(args.csv, [r.as_dict() for r in result.matrices])
+        write_csv(args.csv, proxy.rows())
     if args.report is not None:
         from specbound.report import plot_contribution_vs_p, plot_spectral_decay
 
         plot_contribution_vs_p(result, args.report)
-        plot_spectral_decay(spectra, args.report)
+        plot_spectral_decay(proxy.spectra, args.report)
 
     if args.json:
-        sys.stdout.write(json.dumps(result.as_dict(), indent=2) + "\n")
+        sys.stdout.write(json.dumps(proxy.to_dict(), indent=2) + "\n")
         return 0
 
     from rich.table import Table
 
     out = console()
     table = Table(title=f"Paper proxies (docs/design.md section 6): {args.checkpoint}")
-    for col in ("layer", "head", "type", "spectral", "(2,1)", "num. rank", "p_opt", "contribution",
+    for col in ("layer", "head", "kind", "spectral", "(2,1)", "num. rank", "p_opt", "contribution",
                 "gamma", "alpha", "scale"):
-        table.add_column(col, justify="left" if col == "type" else "right")
+        table.add_column(col, justify="left" if col == "kind" else "right")
     for r in result.matrices:
-        table.add_row(str(r.layer), "-" if r.head < 0 else str(r.head), r.type, _fmt(r.spectral),
+        table.add_row(str(r.layer), "-" if r.head < 0 else str(r.head), r.kind, _fmt(r.spectral),
                       _fmt(r.norm_21), str(r.numerical_rank), f"{r.p_opt:.4g}", _fmt(r.contribution),
                       _fmt(r.gamma), _fmt(r.alpha), _fmt(r.scale))
     out.print(table)

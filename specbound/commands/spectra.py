@@ -1,7 +1,8 @@
 """``specbound spectra CHECKPOINT``: singular values and a norm summary of every covered matrix.
 
-Fast float64 path (uncertified).  Columns: spectral, Frobenius, nuclear, (2,1) (sum of column l2
-norms), (1,1), numerical rank (docs/design.md section 6 threshold) and stable rank.
+Calls :func:`specbound.api.spectra` and renders it.  Fast float64 path (uncertified).  Columns:
+spectral, Frobenius, nuclear, (2,1) (sum of column l2 norms), (1,1), numerical rank (docs/design.md
+section 6 threshold) and stable rank.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import json
 import sys
 
-from specbound.commands.proxies import check_destinations, console, weights_and_spectra
+from specbound.commands.proxies import check_destinations, console
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,32 +37,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specbound.numeric.spectra import norm_summaries
+    from specbound.api import spectra
+    from specbound.engine import engine_options
+    from specbound.progress import should_show
 
     check_destinations(args)
-    weights, spectra = weights_and_spectra(args, args.view, dtype=args.dtype, json_output=args.json)
-    summaries = norm_summaries(spectra)
+    result = spectra(args.checkpoint, view=args.view, num_heads=args.num_heads, dtype=args.dtype,
+                     device=args.device, show_progress=should_show(args.json), **engine_options(args))
+    summaries = result.summaries
 
     if args.csv is not None:
         from specbound.report import write_csv
 
-        write_csv(args.csv, [s.as_dict() for s in summaries])
+        write_csv(args.csv, result.rows())
     if args.report is not None:
         from specbound.report import plot_spectral_decay
 
-        plot_spectral_decay(spectra, args.report)
+        plot_spectral_decay(result.spectra, args.report)
 
     if args.json:
-        rows = []
-        for j, s in enumerate(summaries):
-            row = s.as_dict()
-            if args.values:
-                row["singular_values"] = spectra.sigma(j).tolist()
-            rows.append(row)
-        doc = {"checkpoint": str(args.checkpoint), "dtype": args.dtype, "view": args.view,
-               "layout": weights.layout, "variant": weights.variant, "num_layers": weights.num_layers,
-               "num_heads": weights.num_heads, "width": weights.width, "matrices": rows}
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        sys.stdout.write(json.dumps(result.to_dict(values=args.values), indent=2) + "\n")
         return 0
 
     from rich.table import Table

@@ -1,5 +1,5 @@
 """``specbound theorem``: print the theorem assembled from the SymPy lemma objects (``--route``: the
-Rademacher route, the Occam route, or both with delta split)."""
+Rademacher route, the Occam route, or both with delta split) by :func:`specbound.api.theorem`."""
 
 from __future__ import annotations
 
@@ -52,9 +52,9 @@ def _number(name: str, text: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    from specbound.api import theorem
     from specbound.derivation.render import render
-    from specbound.derivation.routes import assemble_occam, assemble_routes
-    from specbound.derivation.theorem import DerivationError, assemble
+    from specbound.derivation.theorem import DerivationError
 
     overrides = {}
     for item in args.set:
@@ -63,13 +63,7 @@ def run(args: argparse.Namespace) -> int:
             raise DerivationError(f"--set expects NAME=VALUE, got {item!r}")
         overrides[name.strip()] = _number(name.strip(), value.strip())
     model = {"analysis": "plain"}.get(args.model, args.model)
-    if args.route == "occam":
-        theorem = assemble_occam(overrides, activation=args.activation, model=model)
-    elif args.route == "both":
-        theorem = assemble_routes(overrides, massart=args.massart, dudley=args.dudley,
-                                  activation=args.activation, model=model)
-    else:
-        theorem = assemble(overrides, massart=args.massart, dudley=args.dudley, activation=args.activation,
-                           model=model)
-    sys.stdout.write(render(theorem, args.format))
+    assembled = theorem(args.route, overrides=overrides, massart=args.massart, dudley=args.dudley,
+                        activation=args.activation, model=model)
+    sys.stdout.write(render(assembled, args.format))
     return 0

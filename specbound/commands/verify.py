@@ -1,6 +1,9 @@
 """``specbound verify CERT.json [CHECKPOINT]``: re-check a certificate independently.
 
-Prints ``VALID`` (exit 0) or every mismatch as ``field: recorded ..., recomputed ...`` (exit 1).
+Calls :func:`specbound.api.verify` and prints its report: ``VALID (N checks)`` with what was
+verified -- the verdict's label, its headline (the bound or the partial value) and the scope in one
+line, then the scope block -- (exit 0), or ``INVALID`` and every mismatch as
+``field: recorded ..., recomputed ...`` (exit 1).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specbound.verification import verify
+    from specbound.api import verify
 
     report = verify(args.certificate, args.checkpoint, recompute_empirical=not args.trust_empirical)
     for line in report.lines():

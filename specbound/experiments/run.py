@@ -248,7 +248,7 @@ def bound_summary(cb) -> dict:
     parts = {name: float_upper(balls[name]) for name in PARTS if name in balls}
     additive = {k: parts[k] for k in ("empirical", "complexity", "confidence") if k in parts}
     matrices = [
-        {"name": m.name, "type": m.type, "layer": m.layer, "head": m.head, "p": float(m.p),
+        {"name": m.name, "type": m.kind, "layer": m.layer, "head": m.head, "p": float(m.p),
          "spectral": float_upper(m.spectral_norm), "proven_rank": int(m.proven_rank),
          "kappa": float_upper(m.kappa), "contribution": float_upper(m.contribution)}
         for m in cb.matrices

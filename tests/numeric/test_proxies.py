@@ -34,7 +34,7 @@ def assert_matches_reference(result, ref):
     assert result.m == ref["m"]
     assert len(result.matrices) == len(ref["matrices"])
     for rec in result.matrices:
-        want = ref["matrices"][(rec.layer, rec.head, rec.type)]
+        want = ref["matrices"][(rec.layer, rec.head, rec.kind)]
         assert rec.numerical_rank == want["numerical_rank"], rec
         assert rec.p_opt == want["p_opt"], rec
         for name in FIELDS:
@@ -141,6 +141,6 @@ def test_missing_matrix_is_reported():
 def test_result_dict_has_the_documented_keys():
     d = paper_proxies(tiny_network()).as_dict()
     assert {"ours", "edelman", "matrices"} <= set(d)
-    assert set(d["matrices"][0]) == {"layer", "head", "type", "spectral", "frobenius", "nuclear",
+    assert set(d["matrices"][0]) == {"layer", "head", "kind", "spectral", "frobenius", "nuclear",
                                      "norm_21", "norm_11", "numerical_rank", "stable_rank", "p_opt",
                                      "contribution", "gamma", "alpha", "scale"}

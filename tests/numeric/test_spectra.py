@@ -109,7 +109,7 @@ def test_norm_summaries_of_known_matrix():
     (a, z) = norm_summaries(compute_spectra([NamedMatrix(0, -1, "M_in", w), zero]))
     assert (a.spectral, a.frobenius, a.nuclear, a.norm_21, a.norm_11) == pytest.approx((4, 5, 7, 7, 7), rel=1e-14)
     assert a.numerical_rank == 2 and a.stable_rank == pytest.approx(25 / 16, rel=1e-14)
-    assert (a.name, a.rows, a.cols, a.type) == ("L0.M_in", 2, 3, "M_in")
+    assert (a.name, a.rows, a.cols, a.kind) == ("L0.M_in", 2, 3, "M_in")
     assert z.spectral == 0 and z.stable_rank == 0 and z.numerical_rank == 0
 
 

@@ -25,7 +25,7 @@ def test_import_is_light():
 
 
 def test_exports_and_py_typed():
-    for name in ("certify", "spectra", "proxies", "load_weights", "SpecboundError"):
+    for name in ("certify", "verify", "spectra", "proxies", "inspect", "theorem", "load_weights", "SpecboundError"):
         assert name in specbound.__all__ and callable(getattr(specbound, name))
     from importlib.resources import files
 
@@ -34,12 +34,13 @@ def test_exports_and_py_typed():
         specbound.no_such_thing  # noqa: B018
 
 
-def test_spectra_matches_the_command(tmp_path):
+def test_spectra_and_proxies_match_the_commands(tmp_path):
     folder = file_version(tmp_path, bert_tensors(21))
-    out = subprocess.run([sys.executable, "-m", "specbound", "spectra", str(folder), "--json"],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert specbound.spectra(folder).to_dict() == json.loads(out.stdout)
+    for job in ("spectra", "proxies"):
+        out = subprocess.run([sys.executable, "-m", "specbound", job, str(folder), "--json"],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert getattr(specbound, job)(folder).to_dict() == json.loads(out.stdout)
 
 
 def test_in_memory_equals_file(tmp_path):
@@ -71,6 +72,11 @@ def test_dataframes(tmp_path):
     assert "contribution" in p.columns
     c = specbound.certify(folder, n=1000).to_dataframe()
     assert "spectral_norm" in c.columns and len(c) == len(s.summaries)
+    # one schema: the same identity columns first, the same matrices in the same order
+    identity = ["name", "layer", "head", "kind", "rows", "cols"]
+    for frame in (df, p, c):
+        assert list(frame.columns[:6]) == identity and "type" not in frame.columns
+        assert frame[identity].equals(df[identity])
 
 
 def test_dataframe_without_pandas_is_one_line(tmp_path, monkeypatch):
@@ -88,3 +94,9 @@ def test_bad_input_is_one_line():
     assert "meta device" in str(ei.value)
     with pytest.raises(SpecboundError):
         specbound.spectra(None, dtype="float16")
+
+
+def test_the_spectra_document_names_the_view_asked_for():
+    # the adapters do not all record the view; the result carries the one asked for
+    for view in ("analysis", "scores", "proxy"):
+        assert specbound.spectra(None, view=view).to_dict()["view"] == view

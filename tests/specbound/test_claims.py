@@ -101,7 +101,7 @@ def test_verify_fails_on_an_override_below_its_proven_value(genuine, name, value
 
 
 def test_certify_marks_an_unproven_override_everywhere():
-    result = certify(n=1000, settings=BoundSettings(n=1000, empirical=0.01, overrides=(("C_sm", 0.01),)))
+    result = certify(settings=BoundSettings(n=1000, empirical=0.01, overrides=(("C_sm", 0.01),)))
     cert = to_json(result)
     assert result.proven is False and cert["scope"]["proven"] is False
     assert NOT_PROVEN in cert["result"]["label"]
@@ -112,7 +112,7 @@ def test_certify_marks_an_unproven_override_everywhere():
 
 
 def test_an_override_above_the_proven_value_is_proven_and_verifies():
-    result = certify(n=1000, settings=BoundSettings(n=1000, empirical=0.01, overrides=(("C_sm", 2.0),)))
+    result = certify(settings=BoundSettings(n=1000, empirical=0.01, overrides=(("C_sm", 2.0),)))
     cert = to_json(result)
     assert result.proven is True
     assert any("C_sm = 2.0" in a for a in cert["scope"]["assumptions"])

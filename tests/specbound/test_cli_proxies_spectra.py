@@ -16,8 +16,9 @@ _spec = importlib.util.spec_from_file_location("bert_reference", _HERE.parent / 
 bert_reference = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bert_reference)
 
-MATRIX_KEYS = {"layer", "head", "type", "spectral", "frobenius", "nuclear", "norm_21", "norm_11",
-               "numerical_rank", "stable_rank", "p_opt", "contribution", "gamma", "alpha", "scale"}
+IDENTITY = ["name", "layer", "head", "kind", "rows", "cols"]  # every per-matrix frame starts with these
+MATRIX_KEYS = set(IDENTITY) | {"spectral", "frobenius", "nuclear", "norm_21", "norm_11", "numerical_rank",
+                               "stable_rank", "p_opt", "contribution", "gamma", "alpha", "scale"}
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +38,12 @@ def test_proxies_json_has_documented_keys_and_reference_values(capsys, bert_dir)
     doc = json.loads(out)
     assert {"ours", "edelman", "matrices"} <= set(doc)
     assert len(doc["matrices"]) == 2 * (4 + 4 + 2)
-    assert all(set(m) == MATRIX_KEYS for m in doc["matrices"])
+    assert all(set(m) == MATRIX_KEYS and list(m)[:6] == IDENTITY for m in doc["matrices"])
     ref = bert_reference.reference_proxies(os.path.join(bert_dir, "model.safetensors"), 2, 4)
     assert doc["ours"] == pytest.approx(ref["ours"], rel=1e-9, abs=0)
     assert doc["edelman"] == pytest.approx(ref["edelman"], rel=1e-9, abs=0)
     for m in doc["matrices"]:
-        assert m["p_opt"] == ref["matrices"][(m["layer"], m["head"], m["type"])]["p_opt"]
+        assert m["p_opt"] == ref["matrices"][(m["layer"], m["head"], m["kind"])]["p_opt"]
 
 
 def test_proxies_table_states_it_is_not_a_bound(capsys, bert_dir):
@@ -71,8 +72,9 @@ def test_spectra_json_csv_report(capsys, bert_dir, tmp_path):
     assert code == 0 and err == ""
     doc = json.loads(out)
     first = doc["matrices"][0]
-    assert {"name", "layer", "head", "type", "rows", "cols", "spectral", "frobenius", "nuclear", "norm_21",
-            "norm_11", "numerical_rank", "stable_rank", "singular_values"} == set(first)
+    assert list(first)[:6] == IDENTITY
+    assert set(IDENTITY) | {"spectral", "frobenius", "nuclear", "norm_21", "norm_11", "numerical_rank",
+                            "stable_rank", "singular_values"} == set(first)
     assert first["name"] == "L0.H0.QK" and len(first["singular_values"]) == 32
     assert first["numerical_rank"] == 8  # head dim 32 / 4
     assert len(list(csv.DictReader(table.open()))) == 20

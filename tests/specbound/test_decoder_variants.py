@@ -315,7 +315,7 @@ def test_assembled_ls_constants_match_the_hand_formulas(variant, tmp_path):
     settings = BoundSettings(n=1000, margin=0.5)
     encs = enclose_all(weights)
     cb = certify_bound(weights, settings, choose_plan(weights, settings, encs), encs, None)
-    c = {(r.layer, r.type, r.head): float(r.c_radius.mid()) for r in cb.matrices}
+    c = {(r.layer, r.kind, r.head): float(r.c_radius.mid()) for r in cb.matrices}
     L_phi, B_phi = 1.09983932012886692, 1.0
     res = variant == "ls_residual"
     group = [0, 0, 1, 1]
@@ -334,7 +334,7 @@ def test_assembled_ls_constants_match_the_hand_formulas(variant, tmp_path):
                 "G": lambda: L_phi * c[(l, "U", -1)] * c[(l, "D", -1)],
                 "U": lambda: B_phi * c[(l, "G", -1)] * c[(l, "D", -1)],
                 "D": lambda: B_phi * c[(l, "G", -1)] * c[(l, "U", -1)],
-            }[r.type]()
+            }[r.kind]()
             assert float(r.gamma.mid()) == pytest.approx(want, rel=1e-12), r.name
     # alpha_0 = L_1, alpha_1 = 1; the LS grid base 1 + 1/(6L)
     assert float(cb.alphas[0].mid()) == pytest.approx(float(cb.layer_lipschitz[1].mid()), rel=1e-12)

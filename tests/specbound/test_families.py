@@ -355,7 +355,7 @@ def test_gemma3_gguf_spectra_and_proxies(gemma_gguf):
     import specbound
 
     s = specbound.spectra(gemma_gguf)
-    assert {r.type for r in s.summaries} == set(LS_MATRIX_KINDS)
+    assert {r.kind for r in s.summaries} == set(LS_MATRIX_KINDS)
     assert all(np.isfinite(r.spectral) and r.spectral > 0 for r in s.summaries)
     p = specbound.proxies(gemma_gguf)
     assert np.isfinite(p.ours) and len(p.result.matrices) == 18 * (4 + 4 + 2)

@@ -1,0 +1,86 @@
+"""The rows of the per-matrix data frames of ``certify``, ``spectra`` and ``proxies``: one schema.
+
+Every frame starts with the same identity columns (:data:`IDENTITY`: ``name, layer, head, kind,
+rows, cols``, the matrix's place in the network as :class:`specbound.matrices.NamedMatrix` names it)
+followed by its job's value columns.  The columns of each frame are defined here and nowhere else:
+the results' ``to_dataframe()`` and the ``matrices`` rows of ``spectra --json`` / ``proxies --json``
+read these functions.  The certificate keeps its own frozen format (``certificate.matrix_json``);
+the certify frame carries its per-matrix values as the certificate's exact ball strings.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Protocol
+
+from .errors import SpecboundError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas
+
+    from .certification import Certification
+    from .matrices import AnalysisWeights
+    from .numeric.proxies import ProxyResult
+    from .numeric.spectra import NormSummary
+
+IDENTITY = ("name", "layer", "head", "kind", "rows", "cols")
+"""The identity columns every per-matrix frame starts with (``head`` is -1 for layer-wise matrices)."""
+
+
+class _Placed(Protocol):
+    name: str
+    layer: int
+    head: int
+    kind: str
+    shape: tuple[int, int]
+
+
+def identity(mat: _Placed) -> dict[str, Any]:
+    """The :data:`IDENTITY` columns of one matrix (anything with name, layer, head, kind, shape)."""
+    rows, cols = mat.shape
+    return {"name": mat.name, "layer": int(mat.layer), "head": int(mat.head), "kind": mat.kind,
+            "rows": int(rows), "cols": int(cols)}
+
+
+def _values(record: dict[str, Any], drop: Iterable[str]) -> dict[str, Any]:
+    gone = set(drop)
+    return {k: v for k, v in record.items() if k not in gone}
+
+
+def certify_rows(result: Certification) -> list[dict[str, Any]]:
+    """One row per covered matrix: identity, then the certificate's per-matrix values (exact ball
+    strings ``"[mid +/- rad]"``, fractions as strings, the enclosure route)."""
+    from .certified.certificate import matrix_json
+
+    return [{**identity(rec), **_values(matrix_json(rec, method), ("layer", "head", "type", "shape"))}
+            for rec, method in zip(result.bound.matrices, result.enclosure_methods)]
+
+
+def spectra_rows(summaries: Iterable[NormSummary]) -> list[dict[str, Any]]:
+    """One row per covered matrix: identity, then the float norm summary (not certified)."""
+    rows = []
+    for s in summaries:
+        record = s.as_dict()
+        rows.append({**{k: record[k] for k in IDENTITY}, **_values(record, IDENTITY)})
+    return rows
+
+
+def proxies_rows(weights: AnalysisWeights, result: ProxyResult) -> list[dict[str, Any]]:
+    """One row per covered matrix: identity (from the structure ``weights``), then the paper
+    proxy's per-matrix record (floats; proxies, not bounds)."""
+    if len(weights.matrices) != len(result.matrices):
+        raise SpecboundError("internal: the proxy records do not match the covered matrices")
+    rows = []
+    for mat, rec in zip(weights.matrices, result.matrices):
+        if (mat.layer, mat.head, mat.kind) != (rec.layer, rec.head, rec.kind):
+            raise SpecboundError(f"internal: proxy record {rec.layer}/{rec.head}/{rec.kind} is not {mat.name}")
+        rows.append({**identity(mat), **_values(rec.as_dict(), ("layer", "head", "kind"))})
+    return rows
+
+
+def dataframe(rows: list[dict[str, Any]]) -> pandas.DataFrame:
+    """``pandas.DataFrame(rows)``; a one-line SpecboundError when pandas is not installed."""
+    try:
+        import pandas
+    except ImportError:
+        raise SpecboundError("to_dataframe() needs pandas: pip install 'specbound[pandas]'") from None
+    return pandas.DataFrame(rows, columns=list(rows[0]) if rows else list(IDENTITY))
