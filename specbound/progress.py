@@ -19,9 +19,8 @@ from contextlib import contextmanager
 from typing import Iterator, Protocol
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn, Progress as RichProgress, ProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
-)
+from rich.progress import BarColumn, Progress as RichProgress, ProgressColumn, TextColumn, TimeRemainingColumn
+from rich.table import Column
 from rich.text import Text
 
 
@@ -83,7 +82,7 @@ class _RateColumn(ProgressColumn):
     """Work units per second (rich's own speed estimate over its recent window)."""
 
     def __init__(self, unit: str) -> None:
-        super().__init__()
+        super().__init__(table_column=Column(no_wrap=True))  # '241 samples/s' stays on one line
         self.unit = unit
 
     def render(self, task) -> Text:
@@ -91,17 +90,17 @@ class _RateColumn(ProgressColumn):
 
 
 def _columns(unit: str, *extra) -> tuple:
-    return (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f}"),
-            *extra, _RateColumn(unit), TextColumn("ETA"), TimeRemainingColumn(), TextColumn("elapsed"),
-            TimeElapsedColumn())
+    """Description, bar, count, ``extra``, rate and time left: fits an 80-column terminal."""
+    return (TextColumn("{task.description}"), BarColumn(bar_width=20), TextColumn("{task.completed:.0f}/{task.total:.0f}"),
+            *extra, _RateColumn(unit), TextColumn("ETA"), TimeRemainingColumn())
 
 
 @contextmanager
 def progress_bar(total: float, description: str, *, enabled: bool = True, unit: str = "items") -> Iterator[Progress]:
     """Yield a reporter counting up to ``total`` ``unit``; draw it only if ``enabled`` and stderr is a TTY.
 
-    The bar shows the count, the rate, the time left and the time elapsed; it is transient (removed
-    when the block ends), so the terminal keeps only real output.
+    The bar shows the count, the rate and the time left; it is transient (removed when the block
+    ends), so the terminal keeps only real output.
     """
     if not (enabled and should_show()):
         yield SilentProgress()
@@ -128,7 +127,7 @@ def training_progress(steps: int, say: Callable[[str], None] | None, *, descript
         yield lambda step, loss: None
         return
     if should_show():
-        bar = RichProgress(*_columns("steps", TextColumn("loss {task.fields[loss]}")),
+        bar = RichProgress(*_columns("steps", TextColumn("loss {task.fields[loss]}", table_column=Column(no_wrap=True))),
                            console=Console(stderr=True), transient=True)
         with bar:
             task = bar.add_task(description, total=steps, loss="?")
