@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import json
+import os
 import platform
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -104,6 +105,15 @@ def matrix_json(rec, method: str) -> dict:
     }
 
 
+def recorded_path(source) -> str:
+    """The checkpoint path as a certificate records it: the absolute path of an existing file or
+    folder (so ``verify`` finds it from any working folder; its sha256 is recorded beside it), else
+    the text as given (a cached repo id, an in-memory model's label)."""
+    text = os.fspath(source) if isinstance(source, (str, os.PathLike)) else str(source)
+    text = os.fsdecode(text)
+    return os.path.abspath(text) if os.path.exists(text) else text
+
+
 def to_json(result) -> dict:
     """The certificate of a :class:`specbound.certification.Certification` as a JSON-able dict.
 
@@ -185,6 +195,14 @@ class VerificationReport:
 
     def add(self, path: str, recorded, recomputed) -> None:
         self.mismatches.append((path, str(recorded), str(recomputed)))
+
+    def as_dict(self) -> dict:
+        """The report as a JSON-able dict (``specbound verify --json``): validity, checks, every
+        mismatch, notes, the recomputed scope block and verdict (None until known)."""
+        return {"valid": self.valid, "checked": self.checked,
+                "mismatches": [{"field": p, "recorded": a, "recomputed": b} for p, a, b in self.mismatches],
+                "notes": list(self.notes), "scope": dict(self.scope),
+                "verdict": None if self.verdict is None else asdict(self.verdict)}
 
     def lines(self) -> list[str]:
         scope = scope_lines(self.scope) if self.scope else []

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .certification import Certification
@@ -167,6 +168,12 @@ class SpectraResult:
         """One row per matrix: identity columns, then the norm summary."""
         return dataframe(self.rows())
 
+    def plot(self, folder: str | os.PathLike) -> list[Path]:
+        """Write ``spectral_decay.png`` into ``folder`` (what ``spectra --report`` draws); the paths."""
+        from .report import plot_spectral_decay
+
+        return [plot_spectral_decay(self.spectra, folder)]
+
 
 def spectra(
     model: CheckpointSource | None = None,
@@ -224,7 +231,8 @@ def weights_and_spectra(
     with open_engine(workers=workers, scheduler=scheduler, engine=engine) as eng:
         weights = load_layers(source, (), num_heads=num_heads, view=view)
         task_source = source_of(source, num_heads=num_heads, view=view, sha256=weights.sha256)
-        with progress_bar(len(weights.matrices), "singular values", enabled=show_progress) as bar:
+        with progress_bar(len(weights.matrices), "singular values", enabled=show_progress,
+                          unit="matrices") as bar:
             return weights, spectra_of(eng, task_source, weights, dtype=dtype, device=dev, progress=bar)
 
 
@@ -270,6 +278,12 @@ class ProxiesResult:
     def to_dataframe(self) -> pandas.DataFrame:
         """One row per matrix: identity columns, then the per-matrix proxy records."""
         return dataframe(self.rows())
+
+    def plot(self, folder: str | os.PathLike) -> list[Path]:
+        """Write ``contribution_vs_p.png`` into ``folder`` (drawn by ``proxies --report`` too); the paths."""
+        from .report import plot_contribution_vs_p
+
+        return [plot_contribution_vs_p(self.result, folder)]
 
 
 def proxies(

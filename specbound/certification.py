@@ -8,7 +8,9 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .verdict import Verdict
@@ -80,3 +82,10 @@ class Certification:
         from .frames import dataframe
 
         return dataframe(self.rows())
+
+    def plot(self, folder: str | os.PathLike) -> list[Path]:
+        """Write the figures of ``certify --report`` into ``folder``
+        (:func:`specbound.report.certify_report`); the paths."""
+        from .report import certify_report
+
+        return certify_report(self, folder)

@@ -23,7 +23,7 @@ import numpy as np
 from specbound.adapters import capabilities, detect
 from specbound.certification import Certification
 from specbound.certified.bound import certify_bound
-from specbound.certified.certificate import decimal_up
+from specbound.certified.certificate import decimal_up, recorded_path
 from specbound.certified.gram_enclosure import METHOD as DEFAULT_ENCLOSURE, enclose_matrices
 from specbound.certified.fast_forward import NotApplicable
 from specbound.certified.radii import exact_value, power_ball
@@ -211,7 +211,8 @@ def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical,
     clock["load"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
-    with progress_bar(len(weights.matrices), "enclosing singular values", enabled=show_progress) as bar:
+    with progress_bar(len(weights.matrices), "enclosing singular values", enabled=show_progress,
+                      unit="matrices") as bar:
         encs, weights = enclose_on(engine, task_source, weights, progress=bar)
     clock["enclose"] = time.perf_counter() - t1
 
@@ -231,7 +232,7 @@ def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical,
     t3 = time.perf_counter()
     rho = power_ball(Fraction(settings.beta_rho), plan.k_rho)
     with progress_bar(dataset.n if dataset is not None else 0, "certified forward passes",
-                      enabled=show_progress and dataset is not None) as bar:
+                      enabled=show_progress and dataset is not None, unit="samples") as bar:
         done = [0]
 
         def advance(k):
@@ -256,7 +257,7 @@ def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical,
     if notes:
         result = replace(result, notes={**result.notes, **notes})
     clock["bound"] = time.perf_counter() - t4
-    ckpt = {"path": "<embedded default>" if checkpoint is None else str(checkpoint),
+    ckpt = {"path": "<embedded default>" if checkpoint is None else recorded_path(checkpoint),
             "embedded_default": checkpoint is None, "sha256": weights.sha256, "layout": weights.layout}
     scope, verdict = judge(weights, ckpt, source, result)
     return Certification(bound=result, weights=weights, checkpoint=ckpt, source=source,

@@ -36,7 +36,7 @@ from specbound.certified.radii import MatrixRounding, dominates, power_ball
 from specbound.checkpoint import file_sha256, load_weights
 from specbound.derivation.theorem import VARIANTS, unproven_overrides
 from specbound.empirical import dataset_of, empirical_ball, from_record, task_record, training_record
-from specbound.errors import SpecboundError
+from specbound.errors import SourceNotFoundError, SpecboundError
 from specbound.pipeline import judge
 from specbound.plan import BoundSettings
 from specbound.vocabulary import (
@@ -173,12 +173,18 @@ def verify(cert_source, checkpoint: str | os.PathLike | None = None, *,
 def _verify(cert: dict, checkpoint, recompute_empirical: bool) -> VerificationReport:
     rep = VerificationReport()
     ck = cert["checkpoint"]
-    if checkpoint is None and not ck.get("embedded_default"):
+    recorded = checkpoint is None and not ck.get("embedded_default")
+    if recorded:
         checkpoint = ck.get("path")
     try:
         weights = load_weights(checkpoint)
-    except SpecboundError:
-        raise
+    except SourceNotFoundError:
+        if not recorded:
+            raise
+        raise SourceNotFoundError(
+            f"{checkpoint}: the checkpoint recorded in the certificate is not there (moved, or certified "
+            "elsewhere); pass the checkpoint as the second argument: specbound verify CERT.json CHECKPOINT "
+            "(its sha256 is checked)") from None
     rep.checked += 1
     if weights.sha256 != ck.get("sha256"):
         rep.add("checkpoint.sha256", ck.get("sha256"), weights.sha256)
