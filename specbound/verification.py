@@ -183,8 +183,8 @@ def _verify(cert: dict, checkpoint, recompute_empirical: bool) -> VerificationRe
             raise
         raise SourceNotFoundError(
             f"{checkpoint}: the checkpoint recorded in the certificate is not there (moved, or certified "
-            "elsewhere); pass the checkpoint as the second argument: specbound verify CERT.json CHECKPOINT "
-            "(its sha256 is checked)") from None
+            "elsewhere); pass the checkpoint as the second argument: specbound.verify(cert, model) in "
+            "Python, specbound verify CERT.json CHECKPOINT on the command line (its sha256 is checked)") from None
     rep.checked += 1
     if weights.sha256 != ck.get("sha256"):
         rep.add("checkpoint.sha256", ck.get("sha256"), weights.sha256)
