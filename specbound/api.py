@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from .certification import Certification
 from .checkpoint import CheckpointSource
 from .checkpoint import load_weights as _load_weights
-from .errors import SpecboundError
+from .errors import SpecboundError, option
 from .formats.state_dict import InMemorySource, describe, is_in_memory
 from .frames import dataframe, proxies_rows, spectra_rows
 
@@ -81,6 +81,8 @@ def certify(model: CheckpointSource | None = None, data: Any = None, *, cross_ch
             **options: Any) -> Certification:
     """Certify the bound of ``model`` (None: the embedded default) like ``specbound certify``.
 
+    ``data``: a ``.npz`` path, a :class:`~specbound.dataset.DataSet` or a mapping
+    ``{"labels": ..., "tokens": ...}`` (or ``"inputs"``), the sample S of a certified empirical term.
     ``data`` and every keyword (``settings`` or the loose ``n``, ``delta``, ``margin``,
     ``empirical``, ``readout``; ``samples``, ``seed``, ``num_heads``, ``forward`` = "fast" | "arb",
     ``workers``, ``scheduler``, ``engine``, ``show_progress``...) are those of
@@ -226,7 +228,8 @@ def weights_and_spectra(
         raise SpecboundError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
     dev = device_of(device)
     if dev != "cpu" and (scheduler is not None or (workers is not None and workers != 1)):
-        raise SpecboundError("--workers/--scheduler compute on the workers' CPUs: give them without --device")
+        raise SpecboundError(f"{option('workers')} and {option('scheduler')} compute on the workers' CPUs: "
+                             f"give them without {option('device')}")
     source = _source(model)
     with open_engine(workers=workers, scheduler=scheduler, engine=engine) as eng:
         weights = load_layers(source, (), num_heads=num_heads, view=view)

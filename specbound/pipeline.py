@@ -152,8 +152,8 @@ def certify(
 ) -> Certification:
     """Certify the bound of ``checkpoint`` (None: the embedded default), like ``specbound certify``.
 
-    Empirical term, first that applies: ``data`` (a .npz path or DataSet: certified ramp loss, n =
-    its size); ``empirical`` / ``settings.empirical`` (user-supplied, NOT certified; needs n);
+    Empirical term, first that applies: ``data`` (a .npz path, a DataSet or a mapping with ``labels``
+    and ``tokens`` / ``inputs``: certified ramp loss, n = its size); ``empirical`` / ``settings.empirical`` (user-supplied, NOT certified; needs n);
     the training sample S when the model's record says ``"bound_sample": "train"`` (n = its size);
     fresh ``samples`` (default 2000) of the model's recorded task drawn with ``seed`` (default 3);
     else none (only complexity + confidence are certified; needs n).  The bound's settings are

@@ -211,9 +211,10 @@ def chance_warning(evaluation: dict, chance: float, config: TrainConfig) -> str 
             f"say nothing about a trained one. {RETRAIN_ADVICE}")
 
 
-RETRAIN_ADVICE = ("What to change: a lower learning rate, e.g. --lr 1e-3 (Adam at the default 3e-3 has loss spikes "
-                  "that can end at f = 0, where the spectral penalty keeps the net; add --steps if the loss is "
-                  "still falling), or a weaker penalty, e.g. --reg 1e-4, or another --seed.")
+RETRAIN_ADVICE = ("What to change: a lower learning rate, e.g. --lr 1e-3 (lr=1e-3 in Python; Adam at the default "
+                  "3e-3 has loss spikes that can end at f = 0, where the spectral penalty keeps the net; add "
+                  "--steps / steps= if the loss is still falling), or a weaker penalty, e.g. --reg 1e-4 "
+                  "(reg=1e-4), or another --seed (seed=).")
 """What to change.  Measured on ``experiment run --layers 2 --width 32 --steps 2000``
 (docs/experiments.md, "When training ends near chance"): ``--lr 1e-3`` and ``--reg 1e-4`` train to
 accuracy 1.0 with a smooth loss, ``--lr 1e-2`` collapses to the loss log 2 of f = 0."""

