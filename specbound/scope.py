@@ -39,6 +39,9 @@ class ModelScope:
     activation_source: str = ""
     readout: str = ""
     config_keys: tuple[str, ...] = ()
+    assumptions: tuple[str, ...] = ()
+    """Assumptions the model itself brings (e.g. that a frozen pretrained input map was trained
+    without S); every scope block lists them."""
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -79,7 +82,9 @@ USER_EMPIRICAL_PHRASE = ("ASSUMPTION: the empirical term is a number supplied by
 def _sample_phrase(kind: str, detail: dict, n: int) -> str:
     if kind == EMPIRICAL_DATA:
         sha = str(detail.get("sha256", ""))[:16]
-        return f"the data file {detail.get('path')}" + (f" (sha256 {sha}...)" if sha else "") + f", n = {n}"
+        path = str(detail.get("path"))
+        what = f"the sample given in memory {path}" if path.startswith("<") else f"the data file {path}"
+        return what + (f" (sha256 {sha}...)" if sha else "") + f", n = {n}"
     if kind == EMPIRICAL_TASK:
         task = detail.get("task") or {}
         return (f"n = {n} fresh i.i.d. samples of the recorded task {task.get('name')!s} "
@@ -109,6 +114,7 @@ def scope_block(*, checkpoint: str, sha256: str, model: ModelScope | None, varia
         assumptions.append("read-out " + READOUT_PHRASES[READOUT_FIXED])
     if empirical_kind == EMPIRICAL_USER:
         assumptions.append(USER_EMPIRICAL_PHRASE)
+    assumptions += list(model.assumptions)
     if verdict.proven and any(not o["proven"] for o in overrides):
         raise ValueError("a verdict of 'proven' with a lemma constant below its proven value")
     for o in overrides:

@@ -8,6 +8,8 @@ Refused with one line before anything is read: a value that is neither a tensor 
 
 A ``torch.nn.Module`` contributes ``module.state_dict()``; when it carries a ``config`` with a
 ``to_dict()`` method (a ``transformers`` ``PreTrainedModel``), that dict is the checkpoint config.
+A :class:`specbound.nn.AnalysisTransformer` contributes its own-format tensors and metadata
+(``module.specbound_checkpoint()``, which first refuses a network outside the family).
 
 SHA-256 of in-memory weights (what a certificate names instead of a file hash): the SHA-256 of
 the concatenation, over tensors in sorted name order, of ``name``, ``dtype``, ``shape`` (decimal
@@ -144,7 +146,11 @@ def open_state_dict(obj: Any) -> Opened:
         obj = obj.obj
     label = describe(obj)
     config = None
-    if _is_module(obj):
+    metadata: dict[str, str] = {}
+    if _is_module(obj) and callable(getattr(obj, "specbound_checkpoint", None)):
+        # a specbound.nn model: its own-format tensors and metadata, after its family check
+        state, metadata = obj.specbound_checkpoint()
+    elif _is_module(obj):
         state = obj.state_dict()
         raw_config = getattr(obj, "config", None)
         if raw_config is not None and callable(getattr(raw_config, "to_dict", None)):
@@ -167,6 +173,6 @@ def open_state_dict(obj: Any) -> Opened:
         return value
 
     return Opened(
-        shapes=shapes, dtypes=dtypes, fetch=fetch, config=config,
+        shapes=shapes, dtypes=dtypes, fetch=fetch, config=config, metadata=dict(metadata),
         digest=lambda: state_sha256(tensors),
     )
