@@ -184,7 +184,8 @@ def kind_of(meta: dict) -> str:
 
 def from_metadata(meta: dict, E: np.ndarray | None, P: np.ndarray | None, width: int, where: str = "checkpoint") -> InputMap:
     """The map a checkpoint records, with its stored tables; a ``pretrained`` map's tables must have
-    the recorded SHA-256 (LayoutError, one line, otherwise)."""
+    the recorded SHA-256, a ``random`` map's that record ``embedding_seed`` must be exactly the tables
+    :func:`fixed_embedding` draws from it (LayoutError, one line, otherwise)."""
     kind = kind_of(meta)
     if kind == INPUT_MAP_EMBEDDED:
         if E is not None:
@@ -194,7 +195,15 @@ def from_metadata(meta: dict, E: np.ndarray | None, P: np.ndarray | None, width:
         raise LayoutError(f"{where}: missing tensor embedding.E (input map {kind!r})")
     P = None if P is None or P.shape[0] == 0 else P
     if kind == INPUT_MAP_RANDOM:
-        return InputMap(kind, width, E, P, seed=_int(meta.get("embedding_seed", "0") or "0", "embedding_seed", where))
+        if "embedding_seed" in meta:  # the scope will say "drawn from seed s": the tables must be those
+            seed = _int(meta["embedding_seed"], "embedding_seed", where)
+            E0, P0 = fixed_embedding(E.shape[0], 0 if P is None else P.shape[0], width, seed)
+            if not (np.array_equal(E, E0) and (P is None or np.array_equal(P, P0))):
+                raise LayoutError(f"{where}: the stored embedding tables are not those of embedding_seed {seed}: "
+                                  "an embedding changed (or fitted on S) is outside the theorem, whose input map "
+                                  "is fixed before S")
+            return InputMap(kind, width, E, P, seed=seed)
+        return InputMap(kind, width, E, P, seed=0)
     projected = "input_map_projection_seed" in meta
     out = InputMap(kind, width, E, P,
                    seed=_int(meta["input_map_projection_seed"], "input_map_projection_seed", where) if projected else 0,
