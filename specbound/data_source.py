@@ -83,8 +83,10 @@ def _pair(batch: Any, where: str) -> tuple[np.ndarray, np.ndarray, str]:
         labels = [k for k in LABEL_KEYS if k in keys]
         unknown = [k for k in keys if k not in ROW_KEYS + LABEL_KEYS]
         if unknown or len(labels) != 1:
+            extra = f"; no key {', '.join(repr(k) for k in unknown)} (a mask or other field is not part of the " \
+                    "analysis model's input)" if unknown else ""
             raise DataFileError(f"{where}: a mapping needs 'labels' and one of 'tokens' / 'inputs' (got keys "
-                                f"{', '.join(repr(k) for k in keys) or 'none'})")
+                                f"{', '.join(repr(k) for k in keys) or 'none'}{extra})")
         if len(rows) != 1:
             what = "neither 'tokens' nor 'inputs'" if not rows else f"{' and '.join(repr(k) for k in rows)}"
             raise DataFileError(f"{where}: has {what}; give exactly one")
@@ -117,12 +119,12 @@ def from_batches(batches: Iterable, source: str) -> DataSet:
     for i, batch in enumerate(batches):
         where = f"{source}: batch {i}"
         x, y, k = _pair(batch, where)
+        if kind is not None and k != kind:  # before the shape checks: the dtype is what changed
+            raise DataFileError(f"{where}: holds {k} (dtype {x.dtype}) but the batches before it hold {kind}")
         part = _checked(x, y, k, where)
         block = part.tokens if k == "tokens" else part.inputs
         if kind is None:
             kind, shape = k, block.shape[1:]
-        elif k != kind:
-            raise DataFileError(f"{where}: holds {k} but the batches before it hold {kind}")
         elif block.shape[1:] != shape:
             raise DataFileError(f"{where}: {k} of shape {block.shape[1:]} per example, the batches before it "
                                 f"{shape} (one sequence length{' and width' if k == 'inputs' else ''} for the sample)")

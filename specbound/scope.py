@@ -39,6 +39,9 @@ class ModelScope:
     activation_source: str = ""
     readout: str = ""
     config_keys: tuple[str, ...] = ()
+    own_network: bool = False
+    """True when the checkpoint's network *is* an analysis model (the own format, :mod:`specbound.nn`):
+    the bound is then for the network the checkpoint computes, not a stand-in for it."""
     assumptions: tuple[str, ...] = ()
     """Assumptions the model itself brings (e.g. that a frozen pretrained input map was trained
     without S); every scope block lists them."""
@@ -121,7 +124,8 @@ def scope_block(*, checkpoint: str, sha256: str, model: ModelScope | None, varia
         tag = "at or above the proven value" if o["proven"] else NOT_PROVEN
         assumptions.append(f"lemma constant {o['name']} = {o['value']} (proven value {o['proven_value']}): {tag}")
     return {
-        "bound_for": f"the analysis model of {checkpoint} (sha256 {sha256[:16]}...), not the checkpoint's own network",
+        "bound_for": f"the analysis model of {checkpoint} (sha256 {sha256[:16]}...), "
+                     + ("which is the checkpoint's own network" if model.own_network else "not the checkpoint's own network"),
         "family": model.family,
         "variant": variant,
         "kept": list(model.kept),

@@ -38,7 +38,7 @@ from specbound.derivation.theorem import VARIANTS, unproven_overrides
 from specbound.data_file import data_sha256
 from specbound.data_source import as_dataset
 from specbound.empirical import dataset_of, empirical_ball, from_record, task_record, training_record
-from specbound.errors import SourceNotFoundError, SpecboundError
+from specbound.errors import SourceNotFoundError, SpecboundError, option
 from specbound.pipeline import judge
 from specbound.plan import BoundSettings
 from specbound.vocabulary import (
@@ -82,7 +82,10 @@ def _empirical(cert: dict, weights, settings, rep: VerificationReport, recompute
         if source.kind == EMPIRICAL_DATA:
             path = Path(source.detail["path"])
             if not path.is_file():
-                rep.add("empirical_source.detail.path", str(path), "file not found (give the sample as data)")
+                in_memory = str(path).startswith("<")  # "<arrays>", "<mapping>", "<torch Dataset ...>"
+                rep.add("empirical_source.detail.path", str(path),
+                        f"a sample given in memory: give the same sample again as {option('data')}" if in_memory
+                        else f"file not found (give the sample as {option('data')})")
                 return recorded
             sha = file_sha256(path)
             if sha != source.detail.get("sha256"):

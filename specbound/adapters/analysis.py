@@ -220,6 +220,7 @@ def _weights(ckpt, reads, meta, matrices, readout, L, H, N, d, d_ff, act, varian
                      else f"the checkpoint's {k} read-out rows W on {token} (labels 0..{k - 1})"),
             config_keys=tuple(key for key in SPEC.config_keys if key in meta),
             assumptions=(assumption,) if assumption else (),
+            own_network=True,
         ),
         variant=variant,
         num_kv_heads=num_kv,
