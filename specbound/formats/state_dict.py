@@ -99,19 +99,24 @@ def _check(name: str, value: Any, label: str) -> None:
         raise CheckpointError(f"{label}: array '{name}' holds Python objects, not numbers")
 
 
-def _dtype_name(value: Any) -> str:
-    import torch
+def _torch_tensor(value: Any) -> bool:
+    """Whether ``value`` is a torch tensor, without importing torch (a numpy-only caller, e.g. the
+    digest of a data sample on the torch-free certify path, must not pay for it)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
 
-    if isinstance(value, torch.Tensor):
+
+def _dtype_name(value: Any) -> str:
+    if _torch_tensor(value):
         return str(value.dtype).removeprefix("torch.")
     return value.dtype.name
 
 
 def _le_bytes(value: Any) -> bytes:
     """The tensor's values as little-endian C-order bytes (bfloat16 as its 16-bit patterns)."""
-    import torch
+    if _torch_tensor(value):
+        import torch
 
-    if isinstance(value, torch.Tensor):
         t = value.detach().cpu().contiguous()
         if t.dtype == torch.bfloat16:
             t = t.view(torch.int16)
