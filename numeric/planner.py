@@ -41,7 +41,7 @@ import numpy as np
 
 from specbound.errors import SpecboundError
 from specbound.matrices import AnalysisWeights
-from specbound.plan import BoundPlan, BoundSettings
+from specbound.plan import BoundPlan, BoundSettings, OccamPlan
 from specbound.vocabulary import READOUT_TRAINED, ROUTE_OCCAM
 
 from .evaluation import evaluate_facts
@@ -159,6 +159,15 @@ def choose_plan(
     ct = compiled_theorem(settings, weights.activation, weights.variant)
     facts = network_facts(weights, spectra=spectra, device=device)
     return plan_for(ct, facts, settings, margins)
+
+
+def choose_occam(weights: AnalysisWeights, settings: BoundSettings, enclosures: Sequence, margins) -> OccamPlan:
+    """The Occam route's choices alone (:func:`numeric.occam_plan.plan_occam`) for a caller that brought
+    its own Rademacher plan; ``enclosures`` and ``margins`` as for :func:`choose_plan`."""
+    ct = compiled_theorem(settings, weights.activation, weights.variant)
+    facts = network_facts(weights, spectra=enclosure_midpoints(enclosures))
+    m = int(settings.grid_m) if settings.grid_m is not None else grid_size(facts.num_layers, facts.width)
+    return plan_occam(ct, facts, settings, margins, m)
 
 
 def _take(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
