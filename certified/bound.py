@@ -305,6 +305,7 @@ class CertifiedFacts:
     roundings: Sequence[MatrixRounding] | None = None
     k_w: int | None = None
     margins: MarginEnclosures | None = None
+    given_count: int | None = None
 
     def readout(self, ctx) -> Readout:
         w_norm = readout_ball(self.weights.readout)
@@ -329,8 +330,9 @@ class CertifiedFacts:
 
     def count(self, ctx, gamma) -> int | None:
         """The certified upper count ``K^ >= #{i : y_i f(X_i) <= gamma}`` (condition C4): undecided and
-        non-finite samples count (:func:`specbound.certified.margins.count_upper`)."""
-        return None if self.margins is None else count_upper(self.margins, gamma)
+        non-finite samples count (:func:`specbound.certified.margins.count_upper`); a verifier's given
+        count when there are no enclosures."""
+        return self.given_count if self.margins is None else count_upper(self.margins, gamma)
 
 
 def certified_facts(
@@ -403,6 +405,7 @@ def certify_bound(
     roundings: Sequence[MatrixRounding] | None = None,
     k_w: int | None = None,
     occam_roundings: Sequence[MatrixRounding] | None = None,
+    count: int | None = None,
 ) -> CertifiedBound:
     """Evaluate the theorem's routes in Arb for ``weights``: the main theorem at the grid point the plan
     selects and, when ``settings.routes`` lists it, the Occam route at ``plan.occam``.
@@ -416,7 +419,8 @@ def certify_bound(
     ``roundings`` / ``occam_roundings`` / ``k_w`` (for a verifier) impose given grid points instead of the
     minimal ones (at the Rademacher plan's and the Occam plan's p); the caller must have checked that they
     dominate certified enclosures (:func:`specbound.certified.radii.dominates`), otherwise the result is
-    not a bound.
+    not a bound.  ``count`` (a verifier that does not recompute the sample) imposes K^ when ``margins`` is
+    None; the caller vouches that it is an upper count.
     """
     if ROUTE_RADEMACHER not in settings.routes:
         raise CertificationError(f"the routes must include {ROUTE_RADEMACHER!r}, got {settings.routes}")
@@ -428,7 +432,7 @@ def certify_bound(
         if ROUTE_OCCAM in settings.routes:
             if plan.occam is None:
                 raise CertificationError("the Occam route needs its plan (plan.occam): none was chosen")
-            ofacts = replace(facts, roundings=occam_roundings)
+            ofacts = replace(facts, roundings=occam_roundings, given_count=None if count is None else int(count))
             occ = _occam_record(evaluate(ctx, ofacts, plan.occam, route=occam), plan.occam, ofacts)
     net, t = ev.network, ev.terms
     rad, ch = net.radii, t.choices

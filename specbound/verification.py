@@ -100,22 +100,26 @@ def _empirical(cert: dict, weights, settings, rep: VerificationReport, recompute
 
 
 def _occam_count(cert: dict, weights, settings, plan, data, rep: VerificationReport):
-    """Fresh certified margin enclosures of the sample for the Occam count (a fresh forward pass, the
-    samples straddling gamma redone per sample), or None (then the route has no count)."""
+    """(fresh certified margin enclosures of the sample for the Occam count -- a fresh forward pass, the
+    samples straddling gamma redone per sample -- or None; the recorded count when the sample was not
+    recomputed, else None)."""
     if ROUTE_OCCAM not in settings.routes or plan.occam is None:
-        return None
+        return None, None
     recorded = (cert.get("routes") or {}).get("occam") or {}
     if data is None:
-        rep.notes.append("Occam route: its count K^ was not recomputed (no sample recomputed)")
-        return None
+        count = recorded.get("count")
+        if isinstance(count, int) and not isinstance(count, bool):
+            rep.notes.append("Occam route: its count K^ taken from the certificate (not recomputed)")
+            return None, count
+        return None, None
     fast = fast_pass_of(weights, data, FORWARD_FAST)
     if fast is None:
         rep.add("routes.occam.count", recorded.get("count"), "no certified margin enclosures of the sample")
-        return None
+        return None, None
     gamma = power_ball(Fraction(settings.beta_gamma), plan.occam.k_gamma)
     margins = occam_margins(fast, data, gamma)
     rep.compare("routes.occam.count", recorded.get("count"), count_upper(margins, gamma))
-    return margins
+    return margins, None
 
 
 def _rounding(rep: VerificationReport, where: str, rec: dict, mat, enc, p: Fraction, bases) -> MatrixRounding | None:
@@ -332,9 +336,9 @@ def _verify(cert: dict, checkpoint, recompute_empirical: bool) -> VerificationRe
             return rep  # invalid radii: a recomputation at them would not be a bound
 
         emp, data = _empirical(cert, weights, settings, rep, recompute_empirical)
-        margins = _occam_count(cert, weights, settings, plan, data, rep)
+        margins, count = _occam_count(cert, weights, settings, plan, data, rep)
         fresh = certify_bound(weights, settings, plan, [None] * len(roundings), emp, margins=margins,
-                              roundings=roundings, k_w=k_w, occam_roundings=occam_roundings or None)
+                              roundings=roundings, k_w=k_w, occam_roundings=occam_roundings or None, count=count)
     _check_occam(cert, fresh, rep)
 
     for j, (rec, f) in enumerate(zip(recs, fresh.matrices)):
