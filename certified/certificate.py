@@ -455,10 +455,9 @@ def check_ranges(cert: dict) -> None:
     if occ is not None:
         if not isinstance(occ, dict):
             raise _where("plan.occam", "expected an object")
-        if _int_in(occ.get("m"), "plan.occam.m", 1, MAX_GRID_M) != m:
-            raise _where("plan.occam.m", f"{occ['m']} differs from plan.m = {m}")
+        m_occ = _int_in(occ.get("m"), "plan.occam.m", 1, MAX_GRID_M)
         for i, v in enumerate(_list(occ, "p_index", "plan.occam.")):
-            _int_in(v, f"plan.occam.p_index[{i}]", 0, 2 * m)
+            _int_in(v, f"plan.occam.p_index[{i}]", 0, 2 * m_occ)
         _int_in(occ.get("k_gamma"), "plan.occam.k_gamma", -MAX_EXPONENT, MAX_EXPONENT)
     rt = _dict(cert, "routes")
     occ_rec = rt.get("occam")

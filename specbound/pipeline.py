@@ -59,14 +59,15 @@ LOOSE_SETTINGS = ("n", "delta", "margin", "empirical", "readout")
 
 
 def fast_pass_of(weights, data, forward: str):
-    """The fast certified forward pass over ``data`` (:func:`specbound.certified.ramp_loss.fast_pass`)
-    when ``forward`` is "fast" or "interval" and a pass covers this model and input, else None.  Its
-    float margins choose rho (and the Occam route's gamma), its margin enclosures give the Occam count
-    and the ramp loss: the sample is run once."""
-    if data is None or forward not in (FORWARD_FAST, FORWARD_INTERVAL) or data.n == 0:
+    """The fast certified forward pass over ``data`` (:func:`specbound.certified.ramp_loss.fast_pass`;
+    the per-sample pass on every sample when ``forward`` is "interval") when a pass covers this model and
+    input, else None.  Its float margins choose rho (and the Occam route's gamma), its margin enclosures
+    give the Occam count and, unless ``forward`` is "arb" (then every sample's ramp loss is redone in
+    Arb), the ramp loss: the sample is run once."""
+    if data is None or data.n == 0:
         return None
     try:
-        return fast_pass(weights, data, method=forward)
+        return fast_pass(weights, data, method=FORWARD_INTERVAL if forward == FORWARD_INTERVAL else FORWARD_FAST)
     except NotApplicable:
         return None
 

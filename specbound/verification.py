@@ -168,6 +168,8 @@ def _check_claims(cert: dict, weights, settings: BoundSettings, checkpoint, rep:
     st = cert["settings"]
     rep.compare("settings.grid_m", int(st["grid_m"]), grid_m(replace(settings, grid_m=None), weights))
     rep.compare("plan.m", int(cert["plan"]["m"]), int(st["grid_m"]))
+    if cert["plan"].get("occam") is not None:
+        rep.compare("plan.occam.m", int(cert["plan"]["occam"]["m"]), int(st["grid_m"]))
     defaults = BoundSettings(n=1)
     proven_bases = {"beta_c": frac(defaults.base_c(weights.num_layers, weights.variant)), "beta_s": frac(defaults.beta_s),
                     "beta_w": frac(defaults.beta_w), "beta_rho": frac(defaults.beta_rho),

@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--forward", choices=FORWARD_METHODS, default=FORWARD_METHODS[0],
                         help="certified forward pass of the empirical term: fast (binary64 programs with "
                              "proven error bounds; default), interval (the per-sample bound on every "
-                             "sample) or arb (Arb ball arithmetic, slow)")
+                             "sample) or arb (Arb ball arithmetic, slow); the Occam route's count K^ always "
+                             "comes from the margin enclosures of the fast or per-sample pass")
     parser.add_argument("--cross-check", action="store_true",
                         help="also check the fast float path against the certified values")
     from specbound.engine import add_engine_arguments
