@@ -103,18 +103,21 @@ def _plan_json(plan) -> dict:
                                                "notes": _notes_json(occ.notes)}}
 
 
+def occam_matrix_json(r, H: arb) -> dict:
+    """The Occam route's record of one matrix: its p and grid radii, the rule's weight and share, its
+    entropy and (a float, informational) its share of H."""
+    return {"p": frac(r.p), "k_c": r.k_c, "k_s": r.k_s, "proven_rank": r.proven_rank,
+            "schatten_power": ball(r.schatten_power), "c_radius": ball(r.c_radius), "s_radius": ball(r.s_radius),
+            "kappa": ball(r.kappa), "weight": ball(r.weight), "share": ball(r.share), "entropy": ball(r.entropy),
+            "lambda": ball(r.lam), "share_of_H": float(r.entropy.mid()) / (float(H.mid()) or 1.0)}
+
+
 def _occam_json(o, n: int) -> dict:
     """The Occam route's parts (proofs_notes/occam_route.md): margin, count, H, Lambda, C, the BinInv
     certificate and, per matrix, the rule's weight and share and its entropy with its share of H."""
     inv = o.inversion
     H_mid = float(o.H.mid()) or 1.0
-    mats = []
-    for r in o.matrices:
-        mats.append({"p": frac(r.p), "k_c": r.k_c, "k_s": r.k_s, "proven_rank": r.proven_rank,
-                     "schatten_power": ball(r.schatten_power), "c_radius": ball(r.c_radius),
-                     "s_radius": ball(r.s_radius), "kappa": ball(r.kappa), "weight": ball(r.weight),
-                     "share": ball(r.share), "entropy": ball(r.entropy), "lambda": ball(r.lam),
-                     "share_of_H": float(r.entropy.mid()) / H_mid})
+    mats = [occam_matrix_json(r, o.H) for r in o.matrices]
     out = {"level": frac(o.level), "beta_gamma": frac(o.beta_gamma), "k_gamma": o.k_gamma, "gamma": ball(o.gamma),
            "n": n, "count": o.count, "count_method": o.count_method, "Omega": ball(o.Omega),
            "H": ball(o.H), "H_upper": decimal_up(o.H), "Lambda": ball(o.Lambda), "C": ball(o.mass),

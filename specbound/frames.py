@@ -48,11 +48,16 @@ def _values(record: dict[str, Any], drop: Iterable[str]) -> dict[str, Any]:
 
 def certify_rows(result: Certification) -> list[dict[str, Any]]:
     """One row per covered matrix: identity, then the certificate's per-matrix values (exact ball
-    strings ``"[mid +/- rad]"``, fractions as strings, the enclosure route)."""
-    from .certified.certificate import matrix_json
+    strings ``"[mid +/- rad]"``, fractions as strings, the enclosure route), and when the Occam route
+    was evaluated its per-matrix values under ``occam_*`` (p, weight, share, entropy and the matrix's
+    share of the entropy H, a float)."""
+    from .certified.certificate import matrix_json, occam_matrix_json
 
-    return [{**identity(rec), **_values(matrix_json(rec, method), ("layer", "head", "type", "shape"))}
-            for rec, method in zip(result.bound.matrices, result.enclosure_methods)]
+    b = result.bound
+    occam = [{} for _ in b.matrices] if b.occam is None else [
+        {f"occam_{k}": v for k, v in occam_matrix_json(o, b.occam.H).items()} for o in b.occam.matrices]
+    return [{**identity(rec), **_values(matrix_json(rec, method), ("layer", "head", "type", "shape")), **occ}
+            for rec, method, occ in zip(b.matrices, result.enclosure_methods, occam)]
 
 
 def spectra_rows(summaries: Iterable[NormSummary]) -> list[dict[str, Any]]:
