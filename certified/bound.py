@@ -283,8 +283,8 @@ def _check_rotation_bound(weights: AnalysisWeights, rho_R: Fraction | None, note
     top = rope_norm_bound(np.asarray(tables[0], dtype=np.float64), np.asarray(tables[1], dtype=np.float64))
     if Fraction(top) > rho_R:
         raise CertificationError(
-            f"the rotary tables have max c^2 + s^2 = {float(top)!r} > rho_R = {rho_R}: pass "
-            f"--override rho_R=<a number >= {float(top)!r}> (rope_attention)")
+            f"the rotary tables have max c^2 + s^2 = {float(top)!r} > rho_R = {rho_R}: set the lemma constant "
+            f"rho_R >= {float(top)!r} (BoundSettings(overrides=(('rho_R', value),)); rope_attention)")
     notes["rho_R"] = f"rotary tables checked exactly: max c^2 + s^2 = {float(top)!r} <= rho_R = {rho_R}"
 
 

@@ -5,13 +5,16 @@ settings (bases as exact fractions, the grid m), library versions, every interme
 string ``"[mid +/- rad]"`` (Arb prints a ball that contains the value), the per-matrix list, the
 plan's choices, the empirical term's source, both routes of the theorem (``routes``: each route's
 level and bound; the Occam route's margin, certified count K^, entropy H, mass C, BinInv certificate and
-per-matrix shares of H), and the reported bound, the smaller one (ball + upper endpoint as a decimal
-rounded up).  Version 2 (``FORMAT``) added the routes; a version-1 certificate is refused with a line
-that says so.
+per-matrix shares of H), and the reported bound, the smaller one.  One schema rule makes the numbers
+usable as numbers (:func:`with_floats`): beside every ball field ``k`` stand the binary64 floats
+``k_upper`` >= its upper end and ``k_lower`` <= its lower end; a field written with :func:`ball`
+anywhere in :func:`to_json` gets them, and :func:`check_floats` holds a certificate to them.
+Version 2 (``FORMAT``) added the routes and the float endpoints; another version is refused with a
+line that says so.
 
 :func:`read` parses a certificate back; :func:`settings_from` / :func:`plan_from` recover the
-recorded settings and choices; :class:`VerificationReport`, :func:`check_ball` and
-:func:`decimal_matches` are the comparison vocabulary.  The re-check itself (a second certify run
+recorded settings and choices; :class:`VerificationReport`, :func:`check_ball`,
+:func:`check_floats` and :func:`upper_matches` / :func:`lower_matches` are the comparison vocabulary.  The re-check itself (a second certify run
 from the raw checkpoint) is an application step: :func:`specbound.verification.verify`.
 """
 
@@ -19,9 +22,10 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import json
+import math
+import os
 import platform
-from dataclasses import dataclass, field
-from decimal import Decimal
+from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
@@ -30,7 +34,7 @@ from flint import arb
 
 from specbound.version import __version__
 
-from specbound.certified.arb import WORK_PREC, ball_from_str, ball_to_str, precision
+from specbound.certified.arb import WORK_PREC, ball_from_str, ball_to_str, float_lower, float_upper, precision
 from specbound.certified.radii import MatrixRounding, dominates, exact_value
 from specbound.errors import SpecboundError
 from specbound.plan import BoundPlan, BoundSettings, OccamPlan
@@ -39,9 +43,9 @@ from specbound.verdict import Verdict, decimal_up as _decimal_up
 from specbound.vocabulary import EMPIRICAL_USER, MAX_TASK_SAMPLES, MAX_TASK_SEQ_LEN, ROUTES
 
 FORMAT = "specbound-certificate-v2"
-"""The certificate schema version (v2: two routes, the Occam route's parts, ``beta_gamma``, ``routes``)."""
-
-OLD_FORMATS = ("specbound-certificate-v1",)
+"""The certificate schema version (v2: two routes, the Occam route's parts, ``beta_gamma``,
+``routes``; the float endpoints of :func:`with_floats` beside every ball; v1 had decimal strings
+``*_upper`` in the result block only)."""
 
 DIGITS = 20
 
@@ -54,8 +58,116 @@ class CertificateError(SpecboundError):
 # writing
 
 
-def ball(x: arb) -> str:
-    return ball_to_str(x, DIGITS)
+class BallText(str):
+    """The text of a ball field, as :func:`ball` writes it: the mark by which :func:`with_floats`
+    finds every ball field of a certificate, whoever added the field."""
+
+    __slots__ = ()
+
+
+def ball(x: arb) -> BallText:
+    return BallText(ball_to_str(x, DIGITS))
+
+
+# ------------------------------------------------------------------------------------------------
+# the schema rule: float endpoints beside every ball
+
+UPPER, LOWER = "_upper", "_lower"
+"""The suffixes of a ball field's float endpoints: ``k_upper`` and ``k_lower`` beside ``k``."""
+
+
+def endpoints(text: str) -> tuple[float | None, float | None]:
+    """(upper, lower) of the ball printed as ``text``: the nearest binary64 numbers with upper >= the
+    ball's upper end and lower <= its lower end (directed; :mod:`specbound.certified.arb`), None
+    where that end lies beyond the binary64 range (JSON has no infinity)."""
+    b = parse_ball(text)
+    if b is None:
+        raise ValueError(f"not a ball: {text!r}")
+    up, lo = float_upper(b), float_lower(b)
+    return (up if math.isfinite(up) else None, lo if math.isfinite(lo) else None)
+
+
+def float_endpoints(x: arb) -> tuple[float | None, float | None]:
+    """The (upper, lower) floats a certificate writes beside ``x`` (those of its printed ball)."""
+    return endpoints(ball(x))
+
+
+def with_floats(obj):
+    """The schema rule: a copy of ``obj`` (dicts and lists, recursively) in which every ball field
+    ``k`` (a :class:`BallText`) is followed by ``k_upper`` and ``k_lower`` (:func:`endpoints`)."""
+    if isinstance(obj, list):
+        return [with_floats(v) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    out = {}
+    for key, value in obj.items():
+        out[key] = with_floats(value)
+        if isinstance(value, BallText):
+            if key + UPPER in obj or key + LOWER in obj:
+                raise ValueError(f"certificate schema: {key!r} is a ball, so {key + UPPER!r} / {key + LOWER!r} "
+                                 "are its float endpoints and cannot be fields of their own")
+            out[key + UPPER], out[key + LOWER] = endpoints(value)
+    return out
+
+
+def is_float_field(obj: dict, key: str) -> bool:
+    """Whether ``obj[key]`` is a float endpoint of a ball field of ``obj`` (read back from JSON)."""
+    for suffix in (UPPER, LOWER):
+        if key.endswith(suffix) and isinstance(obj.get(key[: -len(suffix)]), str):
+            return True
+    return False
+
+
+def _number(value) -> Fraction | None:
+    """The exact value of a JSON number (the binary64 a JSON reader makes of it); None otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return Fraction(value)
+
+
+def upper_matches(value, fresh: arb, rel: Fraction = Fraction(1, 10**9)) -> bool:
+    """``value`` is a number >= the upper end of ``fresh`` (which contains the true value) and
+    within a relative 1e-9 of it: a float upper endpoint that says the recomputed number."""
+    v = _number(value)
+    hi = exact_value(fresh.upper())
+    return v is not None and hi <= v <= hi + abs(hi) * rel + Fraction(1, 10**30)
+
+
+def lower_matches(value, fresh: arb, rel: Fraction = Fraction(1, 10**9)) -> bool:
+    """``value`` is a number <= the lower end of ``fresh`` and within a relative 1e-9 of it."""
+    v = _number(value)
+    lo = exact_value(fresh.lower())
+    return v is not None and lo - abs(lo) * rel - Fraction(1, 10**30) <= v <= lo
+
+
+def check_floats(rep: VerificationReport, obj, path: str = "") -> None:
+    """Count one check per float endpoint in ``obj`` (a read certificate): each must be exactly the
+    :func:`endpoints` of the ball beside it (a number, or null only beyond the binary64 range).  A
+    float that says another number than its ball is a mismatch."""
+    if isinstance(obj, list):
+        for i, v in enumerate(obj):
+            check_floats(rep, v, f"{path}[{i}]")
+        return
+    if not isinstance(obj, dict):
+        return
+    for key, value in obj.items():
+        where = f"{path}.{key}" if path else key
+        if isinstance(value, (dict, list)):
+            check_floats(rep, value, where)
+        if not is_float_field(obj, key):
+            continue
+        suffix = UPPER if key.endswith(UPPER) else LOWER
+        base = key[: -len(suffix)]
+        try:
+            up, lo = endpoints(obj[base])
+        except ValueError:
+            continue  # a float beside a string that is not a ball: not an endpoint (no claim)
+        want = up if suffix == UPPER else lo
+        rep.checked += 1
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not ((value is None and want is None) or (number and want is not None and float(value) == want)):
+            rep.add(where, value, f"{want!r} (the {'upper' if suffix == UPPER else 'lower'} end of "
+                                  f"{base} = {obj[base]})")
 
 
 def frac(x: Fraction) -> str:
@@ -120,14 +232,14 @@ def _occam_json(o, n: int) -> dict:
     mats = [occam_matrix_json(r, o.H) for r in o.matrices]
     out = {"level": frac(o.level), "beta_gamma": frac(o.beta_gamma), "k_gamma": o.k_gamma, "gamma": ball(o.gamma),
            "n": n, "count": o.count, "count_method": o.count_method, "Omega": ball(o.Omega),
-           "H": ball(o.H), "H_upper": decimal_up(o.H), "Lambda": ball(o.Lambda), "C": ball(o.mass),
-           "C_upper": decimal_up(o.mass),
+           "H": ball(o.H), "Lambda": ball(o.Lambda), "C": ball(o.mass),
            "readout": None if o.entropy_w is None else {"share": ball(o.share_w), "entropy": ball(o.entropy_w),
                                                         "share_of_H": float(o.entropy_w.mid()) / H_mid},
-           "matrices": mats, "bound": None, "bound_upper": None, "bininv": None}
+           "matrices": mats, "bound": None, "bound_upper": None, "bound_lower": None, "bininv": None}
     if o.bound is not None:
+        # the float ends beside the ball are the schema rule's (with_floats), not written here
+        del out["bound_upper"], out["bound_lower"]
         out["bound"] = ball(o.bound)
-        out["bound_upper"] = decimal_up(o.bound)
         out["bininv"] = {"method": inv.method, "value": float(inv.value.mid()), "kl": float(inv.kl.mid()),
                          "tail": None if inv.tail is None else float(inv.tail.mid())}
     return out
@@ -141,8 +253,8 @@ def routes_json(b) -> dict:
                     "the smallest is reported (proofs_notes/occam_route.md step 5)") if len(b.routes) > 1 else
                    "one route at delta",
            "rademacher": {"level": frac(b.settings.route_level()),
-                          "bound": None if b.rademacher is None else ball(b.rademacher),
-                          "bound_upper": None if b.rademacher is None else decimal_up(b.rademacher)}}
+                          **({"bound": None, "bound_upper": None, "bound_lower": None} if b.rademacher is None
+                             else {"bound": ball(b.rademacher)})}}
     if b.occam is not None:
         out["occam"] = _occam_json(b.occam, b.settings.n)
     return out
@@ -159,6 +271,15 @@ def matrix_json(rec, method: str) -> dict:
         "ss_entropy": ball(rec.ss_entropy), "dd_piece": ball(rec.dd_piece), "lambda": ball(rec.lam),
         "u": frac(rec.u), "vartheta": frac(rec.vartheta), "enclosure": method,
     }
+
+
+def recorded_path(source) -> str:
+    """The checkpoint path as a certificate records it: the absolute path of an existing file or
+    folder (so ``verify`` finds it from any working folder; its sha256 is recorded beside it), else
+    the text as given (a cached repo id, an in-memory model's label)."""
+    text = os.fspath(source) if isinstance(source, (str, os.PathLike)) else str(source)
+    text = os.fsdecode(text)
+    return os.path.abspath(text) if os.path.exists(text) else text
 
 
 def to_json(result) -> dict:
@@ -186,14 +307,12 @@ def to_json(result) -> dict:
         "vacuous": verdict.vacuous,
         "label": verdict.label,
         "bound": ball(b.bound) if is_bound else None,
-        "bound_upper": decimal_up(b.bound) if is_bound else None,
+        **({} if is_bound else {"bound_upper": None, "bound_lower": None}),
         "route": b.route,
         "empirical": ball(b.empirical) if b.empirical is not None else None,
-        "complexity": ball(b.complexity), "complexity_upper": decimal_up(b.complexity),
-        "confidence": ball(b.confidence), "confidence_upper": decimal_up(b.confidence),
-        "partial": ball(b.partial), "partial_upper": decimal_up(b.partial),
+        "complexity": ball(b.complexity), "confidence": ball(b.confidence), "partial": ball(b.partial),
     }
-    return {
+    return with_floats({
         "format": FORMAT,
         "checkpoint": dict(result.checkpoint),
         "scope": scope,
@@ -215,7 +334,7 @@ def to_json(result) -> dict:
         "matrices": [matrix_json(r, m) for r, m in zip(b.matrices, result.enclosure_methods)],
         "notes": dict(b.notes),
         "result": final,
-    }
+    })
 
 
 # ------------------------------------------------------------------------------------------------
@@ -244,6 +363,14 @@ class VerificationReport:
 
     def add(self, path: str, recorded, recomputed) -> None:
         self.mismatches.append((path, str(recorded), str(recomputed)))
+
+    def as_dict(self) -> dict:
+        """The report as a JSON-able dict (``specbound verify --json``): validity, checks, every
+        mismatch, notes, the recomputed scope block and verdict (None until known)."""
+        return {"valid": self.valid, "checked": self.checked,
+                "mismatches": [{"field": p, "recorded": a, "recomputed": b} for p, a, b in self.mismatches],
+                "notes": list(self.notes), "scope": dict(self.scope),
+                "verdict": None if self.verdict is None else asdict(self.verdict)}
 
     def lines(self) -> list[str]:
         scope = scope_lines(self.scope) if self.scope else []
@@ -305,9 +432,10 @@ def read(source) -> dict:
             raise CertificateError(f"certificate is malformed ({exc})") from None
         except RecursionError:
             raise CertificateError("certificate is malformed (nested too deeply)") from None
-    if isinstance(cert, dict) and cert.get("format") in OLD_FORMATS:
-        raise CertificateError(f"a {cert['format']} certificate (before the two routes): re-run certify "
-                               f"for a {FORMAT} one")
+    if isinstance(cert, dict) and str(cert.get("format")).startswith("specbound-certificate-") \
+            and cert["format"] != FORMAT:
+        raise CertificateError(f"certificate format {cert['format']!r}: this specbound reads {FORMAT!r}; "
+                               "certify the checkpoint again to write one")
     if not isinstance(cert, dict) or cert.get("format") != FORMAT:
         raise CertificateError(f"not a specbound certificate (format must be {FORMAT!r})")
     for key in ("checkpoint", "settings", "plan", "matrices", "balls", "result", "empirical_source", "routes"):
@@ -338,7 +466,7 @@ def check_ball(rep: VerificationReport, path: str, recorded, fresh: arb) -> None
     the true one while claiming nothing.  A recorded ball that intersects ``fresh`` and is at most
     max(:data:`MAX_RADIUS_RATIO` rad(fresh), :data:`MAX_RELATIVE_RADIUS` |fresh|) wide says the same
     number to the precision both routes reach; the numbers a user reads (``*_upper``) are checked
-    separately by :func:`decimal_matches` against the recomputed upper endpoint.
+    separately by :func:`upper_matches` against the recomputed upper endpoint.
     """
     rep.checked += 1
     rec = parse_ball(recorded)
@@ -549,13 +677,3 @@ def plan_from(cert: dict) -> BoundPlan:
     return BoundPlan(m=int(p["m"]), p_index=tuple(int(i) for i in p["p_index"]), k_rho=int(p["k_rho"]),
                      u=tuple(float(v) for v in p["u"]), u_w=float(p["u_w"]), alpha_D=float(p["alpha_D"]),
                      vartheta=tuple(float(v) for v in p["vartheta"]), vartheta_w=float(p["vartheta_w"]), occam=occam)
-
-
-def decimal_matches(text, value: arb, rel: Fraction = Fraction(1, 10**9)) -> bool:
-    """``text`` is a decimal >= upper(value) and within a relative 1e-9 of it."""
-    try:
-        d = Fraction(Decimal(str(text)))
-    except (ArithmeticError, ValueError, TypeError):
-        return False
-    hi = exact_value(value.upper())
-    return hi <= d <= hi + abs(hi) * rel + Fraction(1, 10**30)

@@ -74,6 +74,32 @@ def render(theorem: Theorem | OccamTheorem | Routes | None = None, fmt: str = "t
     return {"text": _render_text, "markdown": _render_markdown, "latex": _render_latex}[fmt](th)
 
 
+def to_dict(theorem: Theorem | OccamTheorem | Routes | None = None) -> dict:
+    """The theorem as a JSON-able dict (``specbound theorem --json``): the same content as
+    :func:`render`, every expression both as SymPy text and as LaTeX."""
+    th = theorem if theorem is not None else assemble()
+    title, sections = _document(th)
+
+    def expr(e) -> dict:
+        return {"text": _text(e), "latex": _tex(e)}
+
+    head = _head(th)
+    return {
+        "title": title,
+        "variants": dict(th.variants),
+        "constants": {key[len("constant "):]: {**expr(val[0]), "source": val[1]}
+                      for key, val in head if key != "variants"},
+        "lemmas": [{"name": lem.name, "proof_note": lem.proof_note, "source": lem.source,
+                    "assumptions": list(lem.assumptions),
+                    "statement": None if lem.statement is None else expr(lem.statement),
+                    "constants": {name: expr(val) for name, val in lem.constants.items()},
+                    "covering": None if lem.covering is None else expr(lem.covering)}
+                   for lem in th.lemmas.values()],
+        "sections": [{"heading": heading, "note": note, "expressions": {name: expr(e) for name, e in items}}
+                     for heading, note, items in sections],
+    }
+
+
 def _render_text(th) -> str:
     title, sections = _document(th)
     out = [title, "=" * len(title), ""]

@@ -10,7 +10,9 @@ The Python API (:mod:`specbound.api`, the path of every command): ``specbound.ce
 :class:`Certification` with its :class:`Verdict`), ``specbound.verify``, ``specbound.spectra``,
 ``specbound.proxies``, ``specbound.inspect`` and ``specbound.load_weights`` accept a path, a cached
 repo id, a state dict, a ``torch.nn.Module`` or a ``transformers`` model; ``specbound.theorem``
-assembles the theorem.  They are loaded on first use, so
+assembles the theorem; ``specbound.DataSet`` is a labelled sample for ``certify(data=...)`` (which
+also takes a ``.npz`` path or a mapping ``{"labels": ..., "tokens" or "inputs": ...}``).  They are
+loaded on first use, so
 ``import specbound`` stays light (it imports neither torch nor the numeric layers).
 """
 
@@ -25,9 +27,10 @@ _API = frozenset(
      "SpectraResult", "ProxiesResult"}
 )
 _VERDICT = frozenset({"Verdict"})
+_DATA = frozenset({"DataSet"})
 _ERRORS = frozenset({"SpecboundError", "CheckpointError", "LayoutError", "NonFiniteError"})
 
-__all__ = sorted(_API | _ERRORS | _VERDICT | {"__version__"})
+__all__ = sorted(_API | _ERRORS | _VERDICT | _DATA | {"__version__"})
 
 
 def __getattr__(name: str) -> Any:
@@ -44,8 +47,12 @@ def __getattr__(name: str) -> Any:
         from . import verdict
 
         return getattr(verdict, name)
+    if name in _DATA:
+        from . import dataset
+
+        return getattr(dataset, name)
     raise AttributeError(f"module 'specbound' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _API | _ERRORS | _VERDICT)
+    return sorted(set(globals()) | _API | _ERRORS | _VERDICT | _DATA)

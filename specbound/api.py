@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .certification import Certification
 from .checkpoint import CheckpointSource
 from .checkpoint import load_weights as _load_weights
-from .errors import SpecboundError
+from .errors import SpecboundError, option
 from .formats.state_dict import InMemorySource, describe, is_in_memory
 from .frames import dataframe, proxies_rows, spectra_rows
 
@@ -80,6 +81,8 @@ def certify(model: CheckpointSource | None = None, data: Any = None, *, cross_ch
             **options: Any) -> Certification:
     """Certify the bound of ``model`` (None: the embedded default) like ``specbound certify``.
 
+    ``data``: a ``.npz`` path, a :class:`~specbound.dataset.DataSet` or a mapping
+    ``{"labels": ..., "tokens": ...}`` (or ``"inputs"``), the sample S of a certified empirical term.
     ``data`` and every keyword (``settings`` or the loose ``n``, ``delta``, ``margin``,
     ``empirical``, ``readout``; ``samples``, ``seed``, ``num_heads``, ``forward`` = "fast" | "arb",
     ``workers``, ``scheduler``, ``engine``, ``show_progress``, ``routes``...) are those of
@@ -167,6 +170,12 @@ class SpectraResult:
         """One row per matrix: identity columns, then the norm summary."""
         return dataframe(self.rows())
 
+    def plot(self, folder: str | os.PathLike) -> list[Path]:
+        """Write ``spectral_decay.png`` into ``folder`` (what ``spectra --report`` draws); the paths."""
+        from .report import plot_spectral_decay
+
+        return [plot_spectral_decay(self.spectra, folder)]
+
 
 def spectra(
     model: CheckpointSource | None = None,
@@ -219,12 +228,14 @@ def weights_and_spectra(
         raise SpecboundError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
     dev = device_of(device)
     if dev != "cpu" and (scheduler is not None or (workers is not None and workers != 1)):
-        raise SpecboundError("--workers/--scheduler compute on the workers' CPUs: give them without --device")
+        raise SpecboundError(f"{option('workers')} and {option('scheduler')} compute on the workers' CPUs: "
+                             f"give them without {option('device')}")
     source = _source(model)
     with open_engine(workers=workers, scheduler=scheduler, engine=engine) as eng:
         weights = load_layers(source, (), num_heads=num_heads, view=view)
         task_source = source_of(source, num_heads=num_heads, view=view, sha256=weights.sha256)
-        with progress_bar(len(weights.matrices), "singular values", enabled=show_progress) as bar:
+        with progress_bar(len(weights.matrices), "singular values", enabled=show_progress,
+                          unit="matrices") as bar:
             return weights, spectra_of(eng, task_source, weights, dtype=dtype, device=dev, progress=bar)
 
 
@@ -270,6 +281,12 @@ class ProxiesResult:
     def to_dataframe(self) -> pandas.DataFrame:
         """One row per matrix: identity columns, then the per-matrix proxy records."""
         return dataframe(self.rows())
+
+    def plot(self, folder: str | os.PathLike) -> list[Path]:
+        """Write ``contribution_vs_p.png`` into ``folder`` (drawn by ``proxies --report`` too); the paths."""
+        from .report import plot_contribution_vs_p
+
+        return [plot_contribution_vs_p(self.result, folder)]
 
 
 def proxies(

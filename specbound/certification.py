@@ -3,12 +3,16 @@
 :class:`Certification` holds the certified bound with its provenance and its :class:`Verdict`
 (computed once, by :func:`specbound.pipeline.certify`); ``to_dict()`` is the certificate that
 ``specbound certify --json`` prints and ``--out`` writes, ``to_dataframe()`` the per-matrix frame
-(:mod:`specbound.frames`).
+and ``summary()`` the headline numbers as one plain dict (:mod:`specbound.frames`).  The numbers a
+script reads first are plain attributes: ``bound_upper`` (a float >= the certified bound; None
+without an empirical term), ``partial_upper``, ``label``, ``is_bound``, ``proven``, ``vacuous``.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .verdict import Verdict
@@ -51,6 +55,31 @@ class Certification:
         return tuple(e.method for e in self.enclosures)
 
     @property
+    def bound_upper(self) -> float | None:
+        """A float >= the certified bound (its certificate's ``result.bound_upper``); None without
+        an empirical term (then there is no bound: see :attr:`partial_upper`)."""
+        from .certified.certificate import float_endpoints
+
+        return None if self.bound.bound is None else float_endpoints(self.bound.bound)[0]
+
+    @property
+    def partial_upper(self) -> float:
+        """A float >= the certified complexity + confidence (every bound built on it is larger)."""
+        from .certified.certificate import float_endpoints
+
+        return float_endpoints(self.bound.partial)[0]
+
+    @property
+    def label(self) -> str:
+        """The verdict's short label ("certified bound", "NOT A BOUND (no empirical term)", ...)."""
+        return self.verdict.label
+
+    @property
+    def is_bound(self) -> bool:
+        """Whether the number is a bound on the 0-1 risk (an empirical term is present)."""
+        return self.verdict.is_bound
+
+    @property
     def proven(self) -> bool:
         """False when a lemma constant was overridden below its proven value (NOT A PROVEN BOUND)."""
         return self.verdict.proven
@@ -69,6 +98,24 @@ class Certification:
             cert["cross_check"] = dict(self.cross_check)
         return cert
 
+    def summary(self) -> dict[str, Any]:
+        """The headline numbers as one plain dict (:func:`specbound.frames.certify_summary`)."""
+        from .frames import certify_summary
+
+        return certify_summary(self)
+
+    def summary_frame(self) -> pandas.DataFrame:
+        """:meth:`summary` as a one-row data frame (needs pandas)."""
+        from .frames import dataframe
+
+        return dataframe([self.summary()])
+
+    def __repr__(self) -> str:
+        up = self.bound_upper
+        shown = f"bound_upper={up!r}" if up is not None else f"bound_upper=None, partial_upper={self.partial_upper!r}"
+        return (f"Certification({shown} [{self.label}], checkpoint={self.checkpoint.get('path')!r}, "
+                f"n={self.bound.settings.n}, matrices={len(self.bound.matrices)})")
+
     def rows(self) -> list[dict[str, Any]]:
         """One dict per covered matrix (:func:`specbound.frames.certify_rows`)."""
         from .frames import certify_rows
@@ -80,3 +127,10 @@ class Certification:
         from .frames import dataframe
 
         return dataframe(self.rows())
+
+    def plot(self, folder: str | os.PathLike) -> list[Path]:
+        """Write the figures of ``certify --report`` into ``folder``
+        (:func:`specbound.report.certify_report`); the paths."""
+        from .report import certify_report
+
+        return certify_report(self, folder)

@@ -54,6 +54,7 @@ import numpy as np
 from .checkpoint_value import FLOAT_DTYPES, Checkpoint
 from .errors import CheckpointError, NonFiniteError, SourceNotFoundError, one_line
 from .formats import Opened, file_sha256
+from .formats.gguf_chunks import assembled_source
 from .formats.gguf_file import open_gguf
 from .formats.hf_cache import hub_cache_dir, looks_like_repo_id, resolve_repo_id
 from .formats.hf_folder import HF_WEIGHT_FILES, MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, locate, read_config
@@ -144,7 +145,12 @@ _OPENERS: dict[str, Callable[[Path], Opened]] = {
 
 def resolve_source(source: str | os.PathLike) -> Path:
     """The local path a user-given checkpoint argument names: an existing path as given, else the
-    cached snapshot of that repo id (offline); SourceNotFoundError naming both possibilities."""
+    cached snapshot of that repo id (offline); SourceNotFoundError naming both possibilities.  A
+    chunk of a chunked GGUF file, or the name of an installed chunk package, is the whole file,
+    assembled once into the user cache (:mod:`specbound.formats.gguf_chunks`)."""
+    assembled = assembled_source(source)
+    if assembled is not None:
+        return assembled
     path = Path(source)
     if path.exists():
         return path

@@ -3,7 +3,9 @@
 Each command lives in ``specbound.commands.<name>`` and exposes ``add_arguments(parser)`` and
 ``run(args) -> int``.  Modules are imported only when their command runs, so ``specbound theorem``
 does not pay for torch.  Any :class:`~specbound.errors.SpecboundError` becomes one line on stderr
-and exit status 2; nothing half-written is left behind (commands write outputs atomically).
+and exit status 2; nothing half-written is left behind (commands write outputs atomically).  A
+reader that stops early (``specbound verify cert.json | head``) ends the command quietly with
+:data:`BROKEN_PIPE_STATUS`, never a traceback or a status that means something else.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):  # noqa: D102 - argparse's hook
         self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
 
+DESCRIPTION = ("Certified spectrum-adaptive generalization bounds for trained Transformers: every number "
+               "reported as a bound is the upper endpoint of an Arb ball. Run 'specbound COMMAND --help' "
+               "for a command's options.")
+
+BROKEN_PIPE_STATUS = 141
+"""Exit status when stdout's reader went away (128 + SIGPIPE, what the shell reports for a tool
+killed by SIGPIPE): distinct from 0 (done / VALID), 1 (INVALID) and 2 (bad input)."""
+
 COMMANDS: dict[str, str] = {
     "certify": "certified bound of a checkpoint (default: the embedded model)",
     "verify": "re-check a certificate JSON independently",
@@ -37,7 +47,7 @@ COMMANDS: dict[str, str] = {
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The full parser; with ``only`` set, import just that command's module (fast start-up)."""
-    parser = OneLineParser(prog="specbound", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="specbound", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"specbound {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -51,7 +61,18 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             p.set_defaults(_run=module.run)
         else:  # pragma: no cover - only while a command is not yet built
             p.set_defaults(_run=None)
+    _mark_parsers(parser)
     return parser
+
+
+def _mark_parsers(parser: argparse.ArgumentParser) -> None:
+    """Record on every (sub)command parser that it is the one parsing, so that an unknown option is
+    reported by the innermost command ('see specbound experiment run --help'), not the top level."""
+    for action in parser._actions:  # argparse keeps its subparsers only here
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                child.set_defaults(_parser=child)
+                _mark_parsers(child)
 
 
 def _command_module(name: str):
@@ -82,11 +103,18 @@ def main(argv: list[str] | None = None) -> int:
         # try: an interrupt during those imports is one line too, not a traceback.
         only = next((a for a in argv if not a.startswith("-")), None)
         parser = build_parser(only if only in COMMANDS else None)
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(unknown)}")
         if args._run is None:
             print(f"specbound: error: command '{args.command}' is not available yet", file=sys.stderr)
             return 2
-        return int(args._run(args) or 0)
+        status = int(args._run(args) or 0)
+        sys.stdout.flush()  # inside the try: a reader gone by now is a broken pipe, handled below
+        return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return BROKEN_PIPE_STATUS
     except SpecboundError as exc:
         print(f"specbound: error: {one_line(exc)}", file=sys.stderr)
         return 2
@@ -99,6 +127,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush cannot fail again (the
+    recipe of the Python documentation for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is not a file (embedded, captured)
+        pass
 
 
 class Terminated(BaseException):

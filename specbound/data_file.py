@@ -18,13 +18,15 @@ vocabulary, ``T`` its positional embedding and ``N`` its width is checked where 
 
 from __future__ import annotations
 
+import os
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from specbound.dataset import DataSet
-from specbound.errors import SpecboundError
+from specbound.errors import SpecboundError, one_line
 
 KEYS: tuple[str, ...] = ("labels", "tokens", "inputs")
 
@@ -124,3 +126,37 @@ def load_data(path: str | Path) -> DataSet:
     return dataset_from_arrays(
         arrays["labels"], tokens=arrays.get("tokens"), inputs=arrays.get("inputs"), source=str(p)
     )
+
+
+def as_dataset(data) -> DataSet | None:
+    """The sample ``data`` names: None; a :class:`DataSet`; a ``.npz`` path (:func:`load_data`); or a
+    mapping with the keys of a data file (``labels`` and one of ``tokens`` / ``inputs``: numpy arrays,
+    lists or CPU tensors), validated like a file.  Anything else: one-line DataFileError."""
+    if data is None or isinstance(data, DataSet):
+        return data
+    if isinstance(data, (str, os.PathLike)):
+        return load_data(data)
+    if isinstance(data, Mapping):
+        keys = [str(k) for k in data]
+        unknown = [k for k in keys if k not in KEYS]
+        if unknown or "labels" not in keys:
+            raise DataFileError(f"data: a mapping needs 'labels' and one of 'tokens' / 'inputs' (got keys "
+                                f"{', '.join(repr(k) for k in keys) or 'none'})")
+        arrays = {k: _array(k, data[k]) for k in keys}
+        return dataset_from_arrays(arrays["labels"], tokens=arrays.get("tokens"), inputs=arrays.get("inputs"),
+                                   source="<mapping>")
+    raise DataFileError(f"data must be a .npz path, a DataSet or a mapping with 'labels' and 'tokens' or "
+                        f"'inputs', got {type(data).__name__}")
+
+
+def _array(key: str, value) -> np.ndarray:
+    """``value`` as a numpy array (a CPU tensor or a list too); one line when it is not one."""
+    if hasattr(value, "detach"):  # a torch tensor: to the host, without its graph
+        value = value.detach().cpu().numpy()
+    try:
+        out = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise DataFileError(f"data: {key!r} is not an array ({one_line(exc)})") from None
+    if out.dtype == object:
+        raise DataFileError(f"data: {key!r} is not a numeric array (ragged or mixed entries)")
+    return out

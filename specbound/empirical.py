@@ -22,9 +22,9 @@ from specbound.adapters import capabilities
 from specbound.certified.ramp_loss import certified_ramp_loss
 from specbound.checkpoint import file_sha256
 from specbound.data import default_checkpoint_path
-from specbound.data_file import dataset_from_arrays, load_data
+from specbound.data_file import as_dataset, dataset_from_arrays, load_data
 from specbound.dataset import DataSet
-from specbound.errors import SpecboundError
+from specbound.errors import SpecboundError, option
 from specbound.tasks import Task, training_sample_of
 from specbound.vocabulary import (
     CAPABILITY_RECORDED_TASK, CERTIFIED_SOURCES, EMPIRICAL_DATA, EMPIRICAL_NONE, EMPIRICAL_SOURCES,
@@ -129,17 +129,19 @@ def resolve(weights, checkpoint, data, *, n: int | None, empirical: float | None
             samples: int | None, seed: int | None) -> tuple[EmpiricalSource, DataSet | None, int]:
     """The empirical source of a certify run, its sample and the sample size n.
 
-    First that applies: ``data`` (a .npz path or a DataSet: certified, n = its size); ``empirical``
+    First that applies: ``data`` (a .npz path, a DataSet or a mapping of arrays,
+    :func:`specbound.data_file.as_dataset`: certified, n = its size); ``empirical``
     (user-supplied, NOT certified; needs n); the training sample S when the model's training record
     asks for it (``"bound_sample": "train"``) and ``samples`` is not given (n = the number of training
     examples); fresh ``samples`` (default 2000) of the model's recorded
     task drawn with ``seed`` (default 3) when its adapter records tasks; else none (needs n).
     Inconsistent inputs raise SpecboundError with one line.
     """
-    dataset = data if data is None or isinstance(data, DataSet) else load_data(data)
+    dataset = as_dataset(data)
     if dataset is not None:
         if empirical is not None:
-            raise SpecboundError("give either a data file or an empirical loss, not both")
+            raise SpecboundError(f"give either data or an empirical loss, not both: {option('data')} or "
+                                 f"{option('empirical', 'empirical-loss')}")
         if n is not None and n != dataset.n:
             raise SpecboundError(f"n = {n} but the data file has {dataset.n} samples")
         detail = {"path": str(getattr(dataset, "source", data))}
@@ -148,7 +150,7 @@ def resolve(weights, checkpoint, data, *, n: int | None, empirical: float | None
         return EmpiricalSource(EMPIRICAL_DATA, True, detail), dataset, dataset.n
     if empirical is not None:
         if n is None:
-            raise SpecboundError("an empirical loss needs the sample size: give --n")
+            raise SpecboundError(f"an empirical loss needs the sample size: give {option('n')}")
         return EmpiricalSource(EMPIRICAL_USER, False, {"value": float(empirical)}), None, n
     records = CAPABILITY_RECORDED_TASK in capabilities(weights.layout)
     trained_on = training_record(checkpoint) if records else None
@@ -162,7 +164,7 @@ def resolve(weights, checkpoint, data, *, n: int | None, empirical: float | None
     if task is not None and not (samples is not None and samples == 0):
         ns = DEFAULT_SAMPLES if samples is None else int(samples)
         if not 1 <= ns <= MAX_TASK_SAMPLES:
-            raise SpecboundError(f"--samples must be an integer in [1, {MAX_TASK_SAMPLES}], got {samples}")
+            raise SpecboundError(f"{option('samples')} must be an integer in [1, {MAX_TASK_SAMPLES}], got {samples}")
         sd = DEFAULT_SEED if seed is None else int(seed)
         if n is not None and n != ns:
             raise SpecboundError(f"n = {n} but {ns} samples are drawn; give one of them")
@@ -170,9 +172,10 @@ def resolve(weights, checkpoint, data, *, n: int | None, empirical: float | None
                                                         "generator": "numpy.random.default_rng(seed)"})
         return source, task_sample(task, ns, sd), ns
     if samples is not None:
-        raise SpecboundError("this checkpoint records no task to draw samples from; give --data")
+        raise SpecboundError(f"this checkpoint records no task to draw samples from; give {option('data')}")
     if n is None:
-        raise SpecboundError("no data and no empirical loss: give --n for the complexity part")
+        raise SpecboundError(f"no data and no empirical loss: give the sample size {option('n')} to certify the "
+                             "complexity and confidence terms (not a bound without an empirical term)")
     return EmpiricalSource(EMPIRICAL_NONE, False, {}), None, n
 
 

@@ -30,6 +30,12 @@ class SourceNotFoundError(CheckpointError):
     """A checkpoint argument is neither an existing path nor a repo id in the local model cache."""
 
 
+def option(keyword: str, flag: str | None = None) -> str:
+    """A setting as a message shared by the Python API and the command line names it, for both:
+    ``option("n")`` is ``"n= (--n on the command line)"``; ``flag`` when the flag differs."""
+    return f"{keyword}= (--{flag or keyword.replace('_', '-')} on the command line)"
+
+
 def one_line(text: object) -> str:
     """Collapse a library message to one line (the user-facing contract is one line per error)."""
     return " ".join(str(text).split())

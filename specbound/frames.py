@@ -4,8 +4,10 @@ Every frame starts with the same identity columns (:data:`IDENTITY`: ``name, lay
 rows, cols``, the matrix's place in the network as :class:`specbound.matrices.NamedMatrix` names it)
 followed by its job's value columns.  The columns of each frame are defined here and nowhere else:
 the results' ``to_dataframe()`` and the ``matrices`` rows of ``spectra --json`` / ``proxies --json``
-read these functions.  The certificate keeps its own frozen format (``certificate.matrix_json``);
-the certify frame carries its per-matrix values as the certificate's exact ball strings.
+read these functions.  The certificate keeps its own versioned format (``certificate.matrix_json``);
+the certify frame carries its per-matrix values as the certificate's exact ball strings, each with
+the certificate's float endpoints ``<field>_upper`` / ``<field>_lower`` beside it (the schema rule
+``certificate.with_floats``), and :func:`certify_summary` is the one-row frame of its headline numbers.
 """
 
 from __future__ import annotations
@@ -48,16 +50,42 @@ def _values(record: dict[str, Any], drop: Iterable[str]) -> dict[str, Any]:
 
 def certify_rows(result: Certification) -> list[dict[str, Any]]:
     """One row per covered matrix: identity, then the certificate's per-matrix values (exact ball
-    strings ``"[mid +/- rad]"``, fractions as strings, the enclosure route), and when the Occam route
-    was evaluated its per-matrix values under ``occam_*`` (p, weight, share, entropy and the matrix's
-    share of the entropy H, a float)."""
-    from .certified.certificate import matrix_json, occam_matrix_json
+    strings ``"[mid +/- rad]"``, each followed by its float endpoints ``<field>_upper`` >= the ball
+    and ``<field>_lower`` <= it; fractions as strings, the enclosure route), and when the Occam route
+    was evaluated its per-matrix values under ``occam_*`` (p, weight, share, entropy, each ball with
+    its float endpoints, and the matrix's share of the entropy H, a float)."""
+    from .certified.certificate import matrix_json, occam_matrix_json, with_floats
 
     b = result.bound
     occam = [{} for _ in b.matrices] if b.occam is None else [
         {f"occam_{k}": v for k, v in occam_matrix_json(o, b.occam.H).items()} for o in b.occam.matrices]
-    return [{**identity(rec), **_values(matrix_json(rec, method), ("layer", "head", "type", "shape")), **occ}
+    return [with_floats({**identity(rec), **_values(matrix_json(rec, method), ("layer", "head", "type", "shape")),
+                         **occ})
             for rec, method, occ in zip(b.matrices, result.enclosure_methods, occam)]
+
+
+SUMMARY_BALLS = ("bound", "empirical", "complexity", "confidence", "partial", "SS", "DD", "Lambda", "rho")
+"""The balls of :func:`certify_summary`, each as its float upper endpoint ``<name>_upper``."""
+
+
+def certify_summary(result: Certification) -> dict[str, Any]:
+    """The headline numbers of one certify result as one flat row of plain values (``summary()``,
+    like WeightWatcher's ``get_summary()``): what the number is (label, is_bound, proven, vacuous),
+    the upper float endpoints of the bound and its parts (``*_upper``: >= the certified ball, as
+    the certificate writes them; None where there is no such term), the settings and the model."""
+    from .certified.certificate import float_endpoints
+
+    b, v = result.bound, result.verdict
+    row: dict[str, Any] = {"checkpoint": str(result.checkpoint.get("path")), "label": v.label,
+                           "is_bound": v.is_bound, "proven": v.proven, "vacuous": v.vacuous}
+    for name in SUMMARY_BALLS:
+        value = getattr(b, name)
+        row[f"{name}_upper"] = None if value is None else float_endpoints(value)[0]
+    row.update(empirical_source=result.source.kind, empirical_certified=bool(result.source.certified),
+               n=int(b.settings.n), delta=float(b.delta), readout=b.readout, grid_m=int(b.m),
+               family=result.scope.get("family"), variant=result.weights.variant,
+               num_layers=int(result.weights.num_layers), num_matrices=len(b.matrices))
+    return row
 
 
 def spectra_rows(summaries: Iterable[NormSummary]) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ import numpy as np
 from specbound.adapters import capabilities, detect
 from specbound.certification import Certification
 from specbound.certified.bound import certify_bound
-from specbound.certified.certificate import decimal_up
+from specbound.certified.certificate import decimal_up, recorded_path
 from specbound.certified.gram_enclosure import METHOD as DEFAULT_ENCLOSURE, enclose_matrices
 from specbound.certified.fast_forward import NotApplicable
 from specbound.certified.margins import MarginEnclosures
@@ -194,8 +194,8 @@ def certify(
 ) -> Certification:
     """Certify the bound of ``checkpoint`` (None: the embedded default), like ``specbound certify``.
 
-    Empirical term, first that applies: ``data`` (a .npz path or DataSet: certified ramp loss, n =
-    its size); ``empirical`` / ``settings.empirical`` (user-supplied, NOT certified; needs n);
+    Empirical term, first that applies: ``data`` (a .npz path, a DataSet or a mapping with ``labels``
+    and ``tokens`` / ``inputs``: certified ramp loss, n = its size); ``empirical`` / ``settings.empirical`` (user-supplied, NOT certified; needs n);
     the training sample S when the model's record says ``"bound_sample": "train"`` (n = its size);
     fresh ``samples`` (default 2000) of the model's recorded task drawn with ``seed`` (default 3);
     else none (only complexity + confidence are certified; needs n).  The bound's settings are
@@ -255,7 +255,8 @@ def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical,
     clock["load"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
-    with progress_bar(len(weights.matrices), "enclosing singular values", enabled=show_progress) as bar:
+    with progress_bar(len(weights.matrices), "enclosing singular values", enabled=show_progress,
+                      unit="matrices") as bar:
         encs, weights = enclose_on(engine, task_source, weights, progress=bar)
     clock["enclose"] = time.perf_counter() - t1
 
@@ -279,7 +280,7 @@ def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical,
     t3 = time.perf_counter()
     rho = power_ball(Fraction(settings.beta_rho), plan.k_rho)
     with progress_bar(dataset.n if dataset is not None else 0, "certified forward passes",
-                      enabled=show_progress and dataset is not None) as bar:
+                      enabled=show_progress and dataset is not None, unit="samples") as bar:
         done = [0]
 
         def advance(k):
@@ -307,7 +308,7 @@ def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical,
     if notes:
         result = replace(result, notes={**result.notes, **notes})
     clock["bound"] = time.perf_counter() - t4
-    ckpt = {"path": "<embedded default>" if checkpoint is None else str(checkpoint),
+    ckpt = {"path": "<embedded default>" if checkpoint is None else recorded_path(checkpoint),
             "embedded_default": checkpoint is None, "sha256": weights.sha256, "layout": weights.layout}
     scope, verdict = judge(weights, ckpt, source, result)
     return Certification(bound=result, weights=weights, checkpoint=ckpt, source=source,

@@ -65,7 +65,8 @@ class ModelScope:
 
 READOUT_PHRASES: dict[str, str] = {
     READOUT_TRAINED: "treated as fitted on S: its cover is included (paid for in the bound)",
-    READOUT_FIXED: ("ASSUMPTION: chosen independently of S (--readout fixed, or no read-out in the checkpoint): "
+    READOUT_FIXED: ("ASSUMPTION: chosen independently of S (readout='fixed' / --readout fixed, or no read-out "
+              "vector w of the analysis model in the checkpoint): "
               "its cover is dropped; the bound is invalid if w was fitted on S"),
 }
 """How each read-out mode (vocabulary.READOUTS) enters the theorem, said in words."""

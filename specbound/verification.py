@@ -32,8 +32,8 @@ from specbound.certified.arb import WORK_PREC, precision
 from specbound.certified.binomial import certifies
 from specbound.certified.bound import certify_bound, decimal_fraction, grid_m, readout_ball
 from specbound.certified.certificate import (
-    CertificateError, VerificationReport, ball, check_ball, check_ranges, decimal_matches, decimal_up, frac,
-    parse_ball, plan_from, read, settings_from,
+    CertificateError, VerificationReport, ball, check_ball, check_floats, check_ranges, frac,
+    is_float_field, lower_matches, parse_ball, plan_from, read, settings_from, upper_matches,
 )
 from specbound.certified.factored import enclose
 from specbound.certified.norms import schatten_power, spectral_norm
@@ -41,7 +41,7 @@ from specbound.certified.radii import MatrixRounding, dominates, power_ball
 from specbound.checkpoint import file_sha256, load_weights
 from specbound.derivation.theorem import VARIANTS, unproven_overrides
 from specbound.empirical import dataset_of, empirical_ball, from_record, task_record, training_record
-from specbound.errors import SpecboundError
+from specbound.errors import SourceNotFoundError, SpecboundError
 from specbound.certified.margins import count_upper
 from specbound.pipeline import fast_pass_of, judge, occam_margins
 from specbound.plan import BoundSettings
@@ -267,8 +267,8 @@ def _check_occam(cert: dict, fresh, rep: VerificationReport) -> None:
         return
     check_ball(rep, "routes.occam.bound", occ.get("bound"), o.bound)
     rep.checked += 1
-    if not decimal_matches(occ.get("bound_upper"), o.bound):
-        rep.add("routes.occam.bound_upper", occ.get("bound_upper"), decimal_up(o.bound))
+    if not upper_matches(occ.get("bound_upper"), o.bound):
+        rep.add("routes.occam.bound_upper", occ.get("bound_upper"), f">= the upper end of {ball(o.bound)}")
     inv = occ.get("bininv") or {}
     value = inv.get("value")
     rep.checked += 1
@@ -279,12 +279,18 @@ def _check_occam(cert: dict, fresh, rep: VerificationReport) -> None:
 def _verify(cert: dict, checkpoint, recompute_empirical: bool) -> VerificationReport:
     rep = VerificationReport()
     ck = cert["checkpoint"]
-    if checkpoint is None and not ck.get("embedded_default"):
+    recorded = checkpoint is None and not ck.get("embedded_default")
+    if recorded:
         checkpoint = ck.get("path")
     try:
         weights = load_weights(checkpoint)
-    except SpecboundError:
-        raise
+    except SourceNotFoundError:
+        if not recorded:
+            raise
+        raise SourceNotFoundError(
+            f"{checkpoint}: the checkpoint recorded in the certificate is not there (moved, or certified "
+            "elsewhere); pass the checkpoint as the second argument: specbound.verify(cert, model) in "
+            "Python, specbound verify CERT.json CHECKPOINT on the command line (its sha256 is checked)") from None
     rep.checked += 1
     if weights.sha256 != ck.get("sha256"):
         rep.add("checkpoint.sha256", ck.get("sha256"), weights.sha256)
@@ -351,6 +357,8 @@ def _verify(cert: dict, checkpoint, recompute_empirical: bool) -> VerificationRe
                 check_ball(rep, f"matrices[{j}].{key}", rec[key], value)
     fresh_balls = fresh.balls()
     for key, text in cert["balls"].items():
+        if is_float_field(cert["balls"], key):
+            continue  # an endpoint of the ball beside it: check_floats
         if key not in fresh_balls:
             rep.add(f"balls.{key}", text, "absent")
             continue
@@ -381,10 +389,13 @@ def _verify(cert: dict, checkpoint, recompute_empirical: bool) -> VerificationRe
         if value is None:
             continue
         check_ball(rep, f"result.{key}", res.get(key), value)
-        up = res.get(f"{key}_upper")
-        rep.checked += 1
-        if not decimal_matches(up, value):
-            rep.add(f"result.{key}_upper", up, decimal_up(value))
+        # the numbers a user reads: directed against the recomputed ball, which holds the true value
+        for side, matches in (("upper", upper_matches), ("lower", lower_matches)):
+            number = res.get(f"{key}_{side}")
+            rep.checked += 1
+            if not matches(number, value):
+                rep.add(f"result.{key}_{side}", number, f"the {side} end of {ball(value)}")
+    check_floats(rep, cert)  # every float endpoint says its own ball
     return rep
 
 

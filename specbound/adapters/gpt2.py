@@ -62,7 +62,7 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
     H = helpers.agree(ckpt, "num_heads", config.int("n_head"), num_heads, "config n_head")
     if H is None:
         raise LayoutError(f"{ckpt.path}: number of attention heads unknown (no config with n_head); "
-                          f"pass num_heads")
+                          f"pass --num-heads H (in Python: num_heads=H)")
     n_in, n_out = helpers.two_d(ckpt, f"{prefix}h.0.attn.c_attn.weight")
     N = config.int("n_embd") or n_in
     if N % H != 0:

@@ -432,7 +432,7 @@ def resolve_facts(ckpt, config: Config, table: NameTable, prefix: str, layers: s
               f"config {heads_keys[0]}")
     if H is None:
         raise LayoutError(f"{ckpt.path}: number of attention heads unknown (no config with "
-                          f"{heads_keys[0]}); pass num_heads")
+                          f"{heads_keys[0]}); pass --num-heads H (in Python: num_heads=H)")
     if not isinstance(H, int) or H <= 0:
         raise LayoutError(f"{ckpt.path}: num_heads={H!r} must be a positive integer")
     n0 = table.names(prefix, 0)

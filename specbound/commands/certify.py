@@ -27,7 +27,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", nargs="?", default=None,
-                        help="safetensors / .pt / .npz file or Hugging Face folder (default: embedded model)")
+                        help="a .safetensors file or a sharded folder (model.safetensors.index.json), a "
+                             "PyTorch state dict (.pt/.pth/.bin), .npz, .gguf (also a chunk .gguf.part00), "
+                             "a Hugging Face folder (config.json + weights), or a repo id already in the "
+                             "local Hugging Face cache (offline). Default: the embedded model, its empirical "
+                             "term certified on its own training sample S (n = 10^6 examples, regenerated "
+                             "from the recorded seed)")
     parser.add_argument("--n", default=None, metavar="N", help="sample size of the empirical term")
     parser.add_argument("--delta", default="0.05", metavar="D", help="confidence parameter in (0, 1)")
     parser.add_argument("--margin", default=None, metavar="RHO",
@@ -39,7 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default=None, metavar="FILE",
                         help=".npz data file (labels + tokens or inputs): certified empirical loss")
     parser.add_argument("--samples", default=None, metavar="N",
-                        help="fresh samples of the model's recorded task (default 2000)")
+                        help="use N fresh samples of the model's recorded task as S (default: the sample its "
+                             "record names, for the embedded model its 10^6-example training sample; a "
+                             "recorded task without one: 2000 fresh samples)")
     parser.add_argument("--seed", default=None, metavar="S", help="seed of those samples (default 3)")
     parser.add_argument("--num-heads", default=None, metavar="H",
                         help="attention heads (needed for a BERT state dict without config.json)")
@@ -49,6 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "is dropped; the bound is invalid if w was fitted on S)")
     parser.add_argument("--out", default=None, metavar="CERT.json", help="write the certificate JSON")
     parser.add_argument("--json", action="store_true", help="print the certificate JSON instead of tables")
+    parser.add_argument("--report", default=None, metavar="DIR",
+                        help="write spectral_decay.png (certified singular values to each matrix's proven "
+                             "rank) and contributions_by_layer.png into DIR")
     parser.add_argument("--forward", choices=FORWARD_METHODS, default=FORWARD_METHODS[0],
                         help="certified forward pass of the empirical term: fast (binary64 programs with "
                              "proven error bounds; default), interval (the per-sample bound on every "
@@ -210,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
     from specbound.api import certify
     from specbound.engine import engine_options
     from specbound.progress import should_show
+    from specbound.commands.proxies import say_written
 
     kw = _settings_kwargs(args)
     engine = engine_options(args)
@@ -220,6 +231,11 @@ def run(args: argparse.Namespace) -> int:
     failed = args.cross_check and result.cross_check["ok"] is False
     if args.out is not None:
         _write(args.out, cert)
+    figures = []
+    if args.report is not None:
+        from specbound.report import certify_report
+
+        figures = certify_report(result, args.report)
     if args.json:
         sys.stdout.write(json.dumps(cert, indent=2) + "\n")
         return 1 if failed else 0
@@ -228,17 +244,19 @@ def run(args: argparse.Namespace) -> int:
         print(result.cross_check["summary"])
     if args.out:
         print(f"certificate written to {args.out}")
+    say_written(figures)
     return 1 if failed else 0
 
 
 def _check_destination(args) -> None:
     """--out: writable, and never one of this command's inputs (checked before any work)."""
-    from specbound.destination import check_file, default_inputs, input_files
+    from specbound.destination import check_file, check_folder, default_inputs, input_files
 
     inputs = input_files(args.checkpoint, args.data)
     if args.checkpoint is None:
         inputs += default_inputs()
     check_file(args.out, "--out", inputs)
+    check_folder(args.report, "--report")
 
 
 def _write(path, cert) -> None:

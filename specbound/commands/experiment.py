@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     run = sub.add_parser("run", help="train one model; certified bound vs observed test error",
                          description="Train one model (deterministic, CPU); report test error (exact "
-                                     "95%% Clopper-Pearson), certified empirical ramp loss, certified "
+                                     "95% Clopper-Pearson), certified empirical ramp loss, certified "
                                      "bound and its parts, and bound / test error.")
     _training_arguments(run, steps=400)
     b = run.add_argument_group("bound and evaluation")
@@ -92,8 +92,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
     sc = sub.add_parser("scaling", help="depth/width grid: proxies, bound, test error, exponents, plots",
-                        description="Train a depth x width grid; write a Markdown table with fitted "
-                                    "exponents into --out and plots into --figures.")
+                        description="Train a depth x width grid and print a Markdown table with fitted "
+                                    "exponents. Nothing is written unless asked: --out MD writes the table "
+                                    "(as the scaling section of MD) and the plots (into --figures, default "
+                                    "figures/ beside MD); --figures DIR alone writes only the plots.")
     sc.add_argument("--depths", type=_ints, default=(1, 2, 4), help="comma-separated depths (default 1,2,4)")
     sc.add_argument("--widths", type=_ints, default=(16, 32, 64), help="comma-separated widths (default 16,32,64)")
     _training_arguments(sc, steps=400, layers=False)
@@ -101,9 +103,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sc.add_argument("--delta", type=float, default=0.05)
     sc.add_argument("--bound", default="numeric", choices=("numeric", "certified"),
                     help="numeric (default, fast, uncertified) or certified (certified forward passes)")
-    sc.add_argument("--out", default="docs/experiments.md", metavar="MD",
-                    help="Markdown file whose scaling section is (re)written (default docs/experiments.md)")
-    sc.add_argument("--figures", default="docs/figures", metavar="DIR", help="folder for the PNG plots")
+    sc.add_argument("--out", default=None, metavar="MD",
+                    help="Markdown file whose scaling section is (re)written, created if missing (default: "
+                         "none, the table is only printed; the project's own is docs/experiments.md)")
+    sc.add_argument("--figures", default=None, metavar="DIR",
+                    help="folder for the PNG plots (default: figures/ beside --out; none without --out)")
     sc.add_argument("--data", metavar="FILE", help="also write the raw results as JSON")
     sc.add_argument("--cache", metavar="DIR", help="keep one JSON per trained model here and reuse it on reruns")
     sc.add_argument("--json", action="store_true", help="print the results as JSON instead of progress lines")
@@ -183,6 +187,8 @@ def _print_run(out: dict) -> None:
           f"d_ff={tc['ff_dim']} {tc['activation']}; task {tc['task']}; {tc['steps']} steps, "
           f"reg {tc['reg_kind']} {tc['reg']}; train accuracy {tr.get('accuracy', float('nan')):.4f} "
           f"(n_train {tc['n_train']})")
+    if out["training"].get("warning"):
+        print(f"WARNING: {out['training']['warning']}")
     print(f"test error (float64 forward, {t['n']} fresh samples, seed {t['seed']}): {t['errors']}/{t['n']} = "
           f"{t['rate']:.6g}, exact {100 * t['confidence']:.0f}% Clopper-Pearson [{t['lower']:.6g}, {t['upper']:.6g}]")
     print(f"bound sample S: {emp['kind']} ({'fresh i.i.d. draws' if emp['kind'] == 'fresh' else 'training sample'}"
@@ -228,29 +234,42 @@ def _run_scaling(args: argparse.Namespace) -> int:
     from specbound.api import scaling_study
     from specbound.experiment import ScalingConfig, scaling_markdown, scaling_plots, write_scaling_section
 
+    figures_dir = args.figures
+    if figures_dir is None and args.out is not None:
+        figures_dir = str(Path(args.out).parent / "figures")
     check_file(args.out, "--out")
-    check_folder(args.figures, "--figures")
+    check_folder(figures_dir, "--figures")
     check_file(args.data, "--data")
     check_folder(args.cache, "--cache")
     config = ScalingConfig(depths=args.depths, widths=args.widths, heads=args.heads or 2,
                            base=_train_config(args, 1, max(args.widths)), n_test=args.n_test,
                            delta=args.delta, bound=args.bound)
-    study = scaling_study(config, progress=_say(not args.json), cache=args.cache)
-    figures = scaling_plots(study, args.figures)
-    out_md = Path(args.out)
-    rel = [str(Path(f).resolve().relative_to(out_md.resolve().parent)) if _below(f, out_md.parent) else str(f)
-           for f in figures]
-    write_scaling_section(out_md, scaling_markdown(study, rel))
+    say = _say(not args.json)
+    study = scaling_study(config, progress=say, cache=args.cache)
+    # everything is computed; now write, only where asked
+    written = []
+    figures = scaling_plots(study, figures_dir) if figures_dir is not None else []
+    written += [str(f) for f in figures]
+    base = Path(args.out).parent if args.out is not None else Path.cwd()
+    rel = [str(Path(f).resolve().relative_to(base.resolve())) if _below(f, base) else str(f) for f in figures]
+    if args.out is not None:
+        write_scaling_section(Path(args.out), scaling_markdown(study, rel))
+        written.append(f"{args.out} (scaling section)")
     public = {"config": study["config"], "exponents": study["exponents"],
               "rows": [{k: v for k, v in r.items() if not k.startswith("_")} for r in study["rows"]]}
     if args.data:
         from specbound.output import write_json_atomic
 
         write_json_atomic(args.data, public)
+        written.append(args.data)
     if args.json:
         sys.stdout.write(json.dumps(public, indent=2) + "\n")
     else:
         print(scaling_markdown(study, rel))
+    for path in written:
+        say(f"wrote {path}")
+    if not written:
+        say("nothing written (give --out MD and/or --figures DIR to keep the table and the plots)")
     return 0
 
 

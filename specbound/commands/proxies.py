@@ -35,6 +35,15 @@ def check_destinations(args: argparse.Namespace) -> None:
     check_folder(args.report, "--report")
 
 
+def say_written(paths) -> None:
+    """``wrote PATH`` on stdout for every file a command wrote besides its output, after the table
+    (never with ``--json``: machine use sees the JSON document and nothing else, stderr included)."""
+    from specbound.report import written_lines
+
+    for line in written_lines(paths):
+        print(line)
+
+
 def console():
     from rich.console import Console
 
@@ -62,15 +71,17 @@ def run(args: argparse.Namespace) -> int:
     result = proxy.result
 
     # Compute everything first, then write: a failure above leaves no file behind.
+    written = []
     if args.csv is not None:
         from specbound.report import write_csv
 
         write_csv(args.csv, proxy.rows())
+        written.append(args.csv)
     if args.report is not None:
         from specbound.report import plot_contribution_vs_p, plot_spectral_decay
 
-        plot_contribution_vs_p(result, args.report)
-        plot_spectral_decay(proxy.spectra, args.report)
+        written.append(plot_contribution_vs_p(result, args.report))
+        written.append(plot_spectral_decay(proxy.spectra, args.report))
 
     if args.json:
         sys.stdout.write(json.dumps(proxy.to_dict(), indent=2) + "\n")
@@ -95,4 +106,5 @@ def run(args: argparse.Namespace) -> int:
     out.print("These are the paper's proxies, not bounds. Where our rigorous theorem differs:")
     for line in DIFFERENCES:
         out.print(f"  - {line}")
+    say_written(written)
     return 0

@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from specbound.commands.proxies import check_destinations, console
+from specbound.commands.proxies import check_destinations, console, say_written
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,14 +46,16 @@ def run(args: argparse.Namespace) -> int:
                      device=args.device, show_progress=should_show(args.json), **engine_options(args))
     summaries = result.summaries
 
+    written = []
     if args.csv is not None:
         from specbound.report import write_csv
 
         write_csv(args.csv, result.rows())
+        written.append(args.csv)
     if args.report is not None:
         from specbound.report import plot_spectral_decay
 
-        plot_spectral_decay(result.spectra, args.report)
+        written.append(plot_spectral_decay(result.spectra, args.report))
 
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(values=args.values), indent=2) + "\n")
@@ -70,4 +72,5 @@ def run(args: argparse.Namespace) -> int:
                       f"{s.nuclear:.6g}", f"{s.norm_21:.6g}", f"{s.norm_11:.6g}", str(s.numerical_rank),
                       f"{s.stable_rank:.4g}")
     console().print(table)
+    say_written(written)
     return 0

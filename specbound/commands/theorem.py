@@ -17,7 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="single-scale chaining form (default: centred, proofs_notes/theory.md section 10.1)")
     parser.add_argument("--dudley", choices=("centred", "uncentred"), default="centred",
                         help="Dudley form (default: centred, upper limit 1/4)")
-    parser.add_argument("--activation", choices=ACTIVATIONS, default=ACTIVATIONS[0])
+    parser.add_argument("--activation", choices=ACTIVATIONS, default=ACTIVATIONS[0],
+                        help="feed-forward activation phi; its proven constants L_phi, B_phi enter the "
+                             f"theorem (default: {ACTIVATIONS[0]})")
     parser.add_argument("--model", choices=("analysis",) + MODEL_VARIANTS[1:], default="analysis",
                         help="analysis model (default), its residual variant, causal GPT-2 style, "
                              "Llama style (ls: RoPE, grouped keys, gated feed-forward)")
@@ -27,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rademacher (default): the main theorem; occam: the union over the cover's "
                              "centres with a margin count and the binomial tail (--massart/--dudley do not "
                              "apply); both: each at delta/2, the smaller reported (proofs_notes/occam_route.md)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (every expression as text and LaTeX) instead of --format")
 
 
 #: an override is a plain decimal or fraction of modest size (never handed to an expression parser)
@@ -65,5 +69,12 @@ def run(args: argparse.Namespace) -> int:
     model = {"analysis": "plain"}.get(args.model, args.model)
     assembled = theorem(args.route, overrides=overrides, massart=args.massart, dudley=args.dudley,
                         activation=args.activation, model=model)
+    if args.json:
+        import json
+
+        from specbound.derivation.render import to_dict
+
+        sys.stdout.write(json.dumps(to_dict(assembled), indent=2) + "\n")
+        return 0
     sys.stdout.write(render(assembled, args.format))
     return 0

@@ -3,7 +3,8 @@
 Calls :func:`specbound.api.verify` and prints its report: ``VALID (N checks)`` with what was
 verified -- the verdict's label, its headline (the bound or the partial value) and the scope in one
 line, then the scope block -- (exit 0), or ``INVALID`` and every mismatch as
-``field: recorded ..., recomputed ...`` (exit 1).
+``field: recorded ..., recomputed ...`` (exit 1).  ``--json``: the same report as one JSON object
+(with the verdict), same exit status.
 """
 
 from __future__ import annotations
@@ -14,15 +15,22 @@ import argparse
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("certificate", help="certificate JSON written by specbound certify --out")
     parser.add_argument("checkpoint", nargs="?", default=None,
-                        help="the weights (default: the path recorded in the certificate)")
+                        help="the weights (default: the absolute path recorded in the certificate); give it "
+                             "when the checkpoint has moved (its sha256 must match)")
     parser.add_argument("--trust-empirical", action="store_true",
                         help="do not re-run the certified forward passes of the empirical term")
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
     from specbound.api import verify
 
     report = verify(args.certificate, args.checkpoint, recompute_empirical=not args.trust_empirical)
+    if args.json:
+        import json
+
+        print(json.dumps(report.as_dict(), indent=2))
+        return 0 if report.valid else 1
     for line in report.lines():
         print(line)
     return 0 if report.valid else 1

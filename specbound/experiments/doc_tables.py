@@ -6,7 +6,8 @@ from collections.abc import Sequence
 import math
 from pathlib import Path
 
-from specbound.experiments.scaling import QUANTITIES, TRAINED_ACCURACY
+from specbound.experiments.scaling import QUANTITIES, TRAINED_ACCURACY, trained
+from specbound.train import RETRAIN_ADVICE
 from specbound.output import write_text_atomic
 
 
@@ -48,13 +49,15 @@ def scaling_markdown(study: dict, figures: Sequence[str] = ()) -> str:
         t, nb = r["test"], r["numeric"]
         cert = r.get("certified")
         cert_cell = "-" if not cert else f"{_g(cert['value'], 4)}{' (vacuous)' if cert['vacuous'] else ''}"
-        acc = f"{r['train_accuracy']:.4f}" + (" *not trained*" if r["train_accuracy"] < TRAINED_ACCURACY else "")
+        acc = f"{r['train_accuracy']:.4f}" + ("" if trained(r) else " *not trained*")
         lines.append(
             f"| {r['L']} | {r['N']} | {r['parameters']} | {acc} | "
             f"{t['errors']}/{t['n']} [{_g(t['lower'])}, {_g(t['upper'])}] | {_g(r['paper_ours'], 4)} | "
             f"{_g(r['paper_edelman'], 4)} | {_g(nb['complexity_ss'], 4)} | {_g(nb['complexity_dd'], 4)} | "
             f"{_g(nb['confidence'])} | {_g(nb['empirical'])} | {_g(nb['rho'])} | {_g(nb['bound'], 4)}{' (vacuous)' if nb['bound'] >= 1 else ''} | "
             f"{cert_cell} |")
+    if any(not trained(r) for r in study["rows"]):
+        lines += ["", f"Some models are *not trained*. {RETRAIN_ADVICE}"]
     lines += ["", "Fitted growth exponents, least squares `log v = c + a log L + b log N` over the trained "
               "models of the grid:", "",
               "| quantity | a (depth L) | b (width N) | rms residual (log) | points |", "|---|---|---|---|---|"]

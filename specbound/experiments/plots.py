@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specbound.experiments.scaling import QUANTITIES, _quantity
+from specbound.experiments.scaling import QUANTITIES, TRAINED_ACCURACY, _quantity, trained
 from specbound.output import write_bytes_atomic
 from specbound.vocabulary import MATRIX_KINDS
 
@@ -42,23 +42,41 @@ def scaling_plots(study: dict, folder: str | Path) -> list[Path]:
     for name, outer, inner, xlabel in (("bound_vs_depth.png", widths, depths, "depth L"),
                                        ("bound_vs_width.png", depths, widths, "width N")):
         fig, axes = plt.subplots(1, len(outer), figsize=(4 * len(outer), 3.4), squeeze=False)
+        untrained_seen = False
         for ax, o in zip(axes[0], outer):
+            ax.axhline(1.0, color="0.4", lw=0.9, ls="-.", label="1 (a bound above it is vacuous)")
             for key, label in QUANTITIES.items():
-                xs, ys = [], []
+                xs, ys, bad = [], [], []
                 for i in inner:
                     r = at.get((o, i) if xlabel == "width N" else (i, o))
                     if r is not None and _quantity(r, key) > 0:
                         xs.append(i)
                         ys.append(_quantity(r, key))
-                ax.loglog(xs, ys, styles[key], label=label, ms=4)
+                        if not trained(r):
+                            bad.append((i, _quantity(r, key)))
+                # fixed colours: the circles below must not shift the colour cycle between panels
+                ax.loglog(xs, ys, styles[key], color=f"C{list(QUANTITIES).index(key)}", label=label, ms=4)
+                if bad:
+                    untrained_seen = True
+                    ax.loglog(*zip(*bad), "o", ms=10, mfc="none", mec="red", mew=1.4,
+                              label=f"not trained (train accuracy < {TRAINED_ACCURACY})")
             ax.set_title(("N = " if xlabel == "depth L" else "L = ") + str(o))
             ax.set_xlabel(xlabel)
             ax.set_xticks(inner)
             ax.set_xticklabels([str(i) for i in inner])
             ax.xaxis.set_minor_formatter(NullFormatter())
             ax.grid(True, which="both", alpha=0.3)
-        axes[0][0].legend(fontsize="x-small")
-        fig.suptitle(f"Proxies (not bounds) and our numeric bound vs {xlabel}", y=1.03)
+        axes[0][0].set_ylabel("value (log scale)")
+        handles, labels = [], []
+        for ax in axes[0]:  # one legend entry per label, the red circles only if some model is untrained
+            for h, lab in zip(*ax.get_legend_handles_labels()):
+                if lab not in labels:
+                    handles.append(h)
+                    labels.append(lab)
+        fig.legend(handles, labels, fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
+        note = "; circled: not trained, left out of the fits" if untrained_seen else ""
+        fig.suptitle(f"Proxies (not bounds) and our numeric bound vs {xlabel}{note}", y=1.03)
+        fig.tight_layout()
         path = folder / name
         _save_figure(fig, path)
         plt.close(fig)
@@ -80,7 +98,8 @@ def scaling_plots(study: dict, folder: str | Path) -> list[Path]:
         ax.set_title(title)
         ax.set_xlabel("p")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize="x-small")
+    axes[0].set_ylabel("per-matrix term (log scale)")
+    axes[0].legend(fontsize="x-small", title="kind")
     fig.suptitle(f"Per-matrix contribution vs p (L = {mid['L']}, N = {mid['N']})", y=1.03)
     path = folder / "contribution_vs_p.png"
     _save_figure(fig, path)

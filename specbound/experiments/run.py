@@ -20,6 +20,7 @@ from specbound.experiments.binomial import clopper_pearson
 from specbound.experiments.config import ExperimentConfig
 from specbound.numeric.proxies import paper_proxies
 from specbound.pipeline import certify
+from specbound.progress import format_seconds, training_progress
 from specbound.scope import is_vacuous
 from specbound.tasks import Task
 from specbound.vocabulary import LS_VARIANTS, RESIDUAL_VARIANTS
@@ -154,7 +155,7 @@ def run_experiment(
     t0 = time.perf_counter()
     if model is None:
         say(f"training {config.train.num_layers} layer(s), width {config.train.width}, {config.train.steps} steps")
-        model, record = train(config.train)
+        model, record = train_reporting(config.train, progress, warn=False)  # the result says it
     else:
         record = {"config": asdict(config.train), "note": "model supplied by the caller"}
     seconds["train"] = time.perf_counter() - t0
@@ -181,6 +182,24 @@ def run_experiment(
     return ExperimentResult(config=config, training=record, test=observed, bound=bound,
                             proxies=proxies, seconds=seconds, model=model if keep_model else None,
                             heldout=heldout, exact=exact)
+
+
+def train_reporting(config, progress: Callable[[str], None] | None = None, *, prefix: str = "",
+                    warn: bool = True):
+    """:func:`specbound.train.train` with its progress reported through ``progress`` (a bar on a
+    terminal, else a few lines), then one summary line, and (``warn``) the near-chance warning if
+    training ended there (:func:`specbound.train.chance_warning`; it is in the record either way)."""
+    t0 = time.perf_counter()
+    with training_progress(config.steps, progress) as report:
+        model, record = train(config, progress=report)
+    if progress is not None:
+        ev = record["train"]
+        progress(f"{prefix}trained in {format_seconds(time.perf_counter() - t0)}: final batch loss "
+                 f"{record['final_batch_loss']:.4g}, train accuracy {ev['accuracy']:.4f}, median margin "
+                 f"{ev['margin_median']:.3g}")
+        if warn and "warning" in record:
+            progress(f"{prefix}WARNING: {record['warning']}")
+    return model, record
 
 
 # --------------------------------------------------------------------------- the bound

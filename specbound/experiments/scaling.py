@@ -12,12 +12,14 @@ import time
 import numpy as np
 
 from specbound.experiments.config import ExperimentConfig, ExperimentError, TEST_SEED
-from specbound.experiments.run import certified_bound, float_margins, observed_error, proxies_of, weights_of
+from specbound.experiments.run import (
+    certified_bound, float_margins, observed_error, proxies_of, train_reporting, weights_of,
+)
 from specbound.numeric.bound import evaluate as evaluate_bound
 from specbound.numeric.proxies import paper_proxies
 from specbound.output import write_json_atomic
 from specbound.plan import BoundSettings
-from specbound.train import TrainConfig, fresh_sample, train, training_sample
+from specbound.train import TrainConfig, fresh_sample, training_sample
 
 
 # --------------------------------------------------------------------------- scaling study
@@ -104,7 +106,7 @@ def scaling_row(config: ScalingConfig, depth: int, width: int, progress=None) ->
     tc = config.train_config(depth, width)
     say(f"L={depth} N={width}: training ({tc.steps} steps)")
     t0 = time.perf_counter()
-    model, record = train(tc)
+    model, record = train_reporting(tc, progress, prefix=f"L={depth} N={width}: ")
     seconds = time.perf_counter() - t0
     tokens, labels = fresh_sample(tc.make_task(), config.n_test, config.test_seed)
     observed = observed_error(model, tokens, labels, seed=config.test_seed)
@@ -114,6 +116,7 @@ def scaling_row(config: ScalingConfig, depth: int, width: int, progress=None) ->
         "L": depth, "N": width, "H": tc.num_heads, "head_dim": tc.head_dim, "ff_dim": tc.ff_dim,
         "parameters": int(sum(p.numel() for p in model.parameters())),
         "train_accuracy": record["train"]["accuracy"], "train_seconds": seconds,
+        "train_margin_median": record["train"]["margin_median"], "warning": record.get("warning"),
         "test": observed.as_dict(), "n": int(len(s_labels)),
         **proxies_of(weights),
         "numeric": _numeric_row(nb),
@@ -157,6 +160,11 @@ QUANTITIES = {
 }
 
 
+def trained(row: dict) -> bool:
+    """Whether a grid model counts as trained (:data:`TRAINED_ACCURACY`): only those enter the fits."""
+    return row["train_accuracy"] >= TRAINED_ACCURACY
+
+
 def _quantity(row: dict, key: str) -> float:
     if key in ("paper_ours", "paper_edelman"):
         return row[key]
@@ -198,9 +206,9 @@ def scaling_study(config: ScalingConfig, progress=None, cache: str | Path | None
         for N in config.widths:
             rows.append(_cached_row(config, L, N, cache, progress))
     exps = {}
-    trained = [r for r in rows if r["train_accuracy"] >= TRAINED_ACCURACY]
+    fitted = [r for r in rows if trained(r)]
     for key in QUANTITIES:
-        exps[key] = fit_exponents([r["L"] for r in trained], [r["N"] for r in trained],
-                                  [_quantity(r, key) for r in trained])
+        exps[key] = fit_exponents([r["L"] for r in fitted], [r["N"] for r in fitted],
+                                  [_quantity(r, key) for r in fitted])
     cfg = asdict(config)
     return {"config": cfg, "rows": rows, "exponents": exps}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 
@@ -137,3 +138,54 @@ def test_every_frame_starts_with_the_same_identity_columns(user):
 def test_the_cross_check_rides_on_the_result():
     result = specbound.certify(n=5000, empirical=0.01, margin=2.0, cross_check=True)
     assert result.cross_check["ok"] is True and result.to_dict()["cross_check"] == result.cross_check
+
+
+# --------------------------------------------------------------------------- results as numbers
+
+
+def _printed_upper(text: str) -> Fraction:
+    body = text.strip("[]")
+    mid, _, rad = body.partition("+/-")
+    return Fraction(Decimal(mid.strip())) + Fraction(Decimal(rad.strip() or "0"))
+
+
+def test_the_headline_numbers_are_plain_attributes(user, partial):
+    cert = user.to_dict()["result"]
+    assert type(user.bound_upper) is float and user.bound_upper == cert["bound_upper"]
+    assert Fraction(user.bound_upper) >= _printed_upper(cert["bound"])
+    assert (user.label, user.is_bound, user.vacuous) == (user.verdict.label, True, False)
+    result, _ = partial
+    assert result.bound_upper is None and result.partial_upper >= 1 and result.vacuous is True
+    assert result.label == "NOT A BOUND (no empirical term); vacuous (>= 1)"
+
+
+def test_the_repr_shows_the_bound_and_its_label(user, partial):
+    text = repr(user)
+    assert text.startswith(f"Certification(bound_upper={user.bound_upper!r} [{user.label}]")
+    assert len(text) < 300
+    assert f"partial_upper={partial[0].partial_upper!r} [NOT A BOUND" in repr(partial[0])
+
+
+def test_the_summary_is_one_plain_row_of_the_headline_numbers(user, partial):
+    row = user.summary()
+    assert all(v is None or type(v) in (str, int, float, bool) for v in row.values()), row
+    cert = user.to_dict()["result"]
+    for key in ("bound", "complexity", "confidence", "partial"):
+        assert row[f"{key}_upper"] == cert[f"{key}_upper"], key
+    assert (row["label"], row["n"], row["num_matrices"]) == (user.label, USER["n"], len(user.bound.matrices))
+    assert partial[0].summary()["bound_upper"] is None
+    pytest.importorskip("pandas")
+    frame = user.summary_frame()
+    assert frame.shape == (1, len(row)) and frame.loc[0, "bound_upper"] == user.bound_upper
+
+
+def test_every_ball_column_of_the_frame_has_float_endpoints(user):
+    pytest.importorskip("pandas")
+    frame = user.to_dataframe()
+    balls = [c for c in frame.columns if isinstance(frame.loc[0, c], str) and frame.loc[0, c][:1] in "[0123456789"
+             and f"{c}_upper" in frame.columns]
+    assert {"spectral_norm", "contribution", "lambda"} <= set(balls)
+    for c in balls:
+        assert frame[f"{c}_upper"].dtype == "float64" and frame[f"{c}_lower"].dtype == "float64", c
+        for text, up, lo in zip(frame[c], frame[f"{c}_upper"], frame[f"{c}_lower"]):
+            assert Fraction(up) >= _printed_upper(text) and lo <= up

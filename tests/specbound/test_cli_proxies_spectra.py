@@ -120,3 +120,33 @@ def test_minilm_proxies_json_matches_reference(capsys, minilm_path):
     ref = bert_reference.reference_proxies(os.path.join(minilm_path, "model.safetensors"), 6, 12)
     assert doc["ours"] == pytest.approx(ref["ours"], rel=1e-9, abs=0)
     assert doc["edelman"] == pytest.approx(ref["edelman"], rel=1e-9, abs=0)
+
+
+def test_rates_and_times_read_naturally():
+    from specbound.progress import format_rate, format_seconds
+
+    assert format_rate(261.4, "samples") == "261 samples/s"
+    assert format_rate(34117.0, "samples") == "34,117 samples/s"
+    assert format_rate(3.21, "matrices") == "3.21 matrices/s"
+    assert format_rate(0.25, "steps") == "1 step / 4 s"
+    assert format_rate(None, "samples") == "" and format_rate(0.0, "samples") == ""
+    assert [format_seconds(s) for s in (42, 200, 3900, None)] == ["42 s", "3 min 20 s", "1 h 05 min", "?"]
+
+
+def test_a_bar_on_a_terminal_shows_rate_and_time_left(monkeypatch):
+    import io
+    import time
+
+    from rich.console import Console
+
+    from specbound import progress
+
+    buffer = io.StringIO()
+    monkeypatch.setattr(progress, "should_show", lambda *a, **k: True)
+    monkeypatch.setattr(progress, "Console", lambda **kw: Console(file=buffer, force_terminal=True, width=160))
+    with progress.progress_bar(10, "certified forward passes", unit="samples") as bar:
+        for _ in range(10):
+            time.sleep(0.002)  # rich measures the rate between updates
+            bar.advance(1)
+    text = buffer.getvalue()
+    assert "certified forward passes" in text and "ETA" in text and "samples/s" in text

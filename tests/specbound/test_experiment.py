@@ -307,3 +307,67 @@ def test_exponents_are_fitted_over_the_trained_models_only(monkeypatch):
     assert e["a_L"] == pytest.approx(0.5, abs=1e-9) and e["b_N"] == pytest.approx(1.25, abs=1e-9)
     text = scaling_markdown(study)
     assert text.count("0.5000 *not trained*") == 1 and "| certified |" in text and "2.25 (vacuous)" in text
+
+
+# --------------------------------------------------------------------------- what the commands say and write
+
+
+# the spectral penalty pulls this tiny model to f = 0: training ends at chance
+AT_CHANCE = ["--layers", "1", "--width", "4", "--heads", "2", "--head-dim", "1", "--ff", "2", "--steps", "30",
+             "--lr", "0.05", "--reg", "100", "--seq-len", "5", "--n-train", "256", "--n", "256",
+             "--n-test", "256", "--workers", "1"]
+
+
+def test_experiment_run_near_chance_warns_and_says_what_to_change(capsys):
+    from specbound.cli import main
+
+    assert main(["experiment", "run", *AT_CHANCE]) == 0
+    out, err = capsys.readouterr()
+    warning = next(line for line in out.splitlines() if line.startswith("WARNING:"))
+    assert "training ended near chance" in warning
+    for flag in ("--seed", "--lr", "--steps"):
+        assert flag in warning
+    assert "step 30/30, loss" in err and "trained in" in err  # training progress (not a terminal: lines)
+
+
+def _fake_row(config, L, N, cache, progress):
+    value = 3.0 * L * N
+    numeric = {"complexity_ss": value, "complexity_dd": 2.0, "confidence": 0.3, "empirical": 0.0, "rho": 4.0,
+               "bound": 2.3}
+    return {"L": L, "N": N, "parameters": L * N, "train_accuracy": 0.5 if (L, N) == (2, 16) else 1.0,
+            "test": {"errors": 0, "n": 100, "lower": 0.0, "upper": 0.03},
+            "paper_ours": value, "paper_edelman": value, "numeric": numeric,
+            "_contributions": {"grid": [0.0, 0.5, 1.0], "types": ["QK", "M_in"],
+                               "ours": [[1.0, 2.0, 3.0], [1.0, 1.5, 2.0]], "paper": [[1.0, 3.0, 9.0], [1.0, 2.0, 4.0]]}}
+
+
+SMALL_GRID = ["experiment", "scaling", "--depths", "1,2", "--widths", "8,16", "--heads", "1", "--steps", "1"]
+
+
+def test_scaling_writes_nothing_unless_told(capsys, tmp_path, monkeypatch):
+    from specbound.cli import main
+    from specbound.experiments import scaling
+
+    monkeypatch.setattr(scaling, "_cached_row", _fake_row)
+    monkeypatch.chdir(tmp_path)
+    assert main(SMALL_GRID) == 0
+    out, err = capsys.readouterr()
+    assert "## Depth/width scaling study" in out and "*not trained*" in out and "--seed" in out
+    assert list(tmp_path.iterdir()) == []  # not ./docs, not anything
+    assert "nothing written" in err
+
+
+def test_scaling_out_writes_the_table_and_the_figures_beside_it(capsys, tmp_path, monkeypatch):
+    from specbound.cli import main
+    from specbound.experiments import scaling
+
+    monkeypatch.setattr(scaling, "_cached_row", _fake_row)
+    monkeypatch.chdir(tmp_path)
+    md = tmp_path / "report" / "scaling.md"
+    assert main([*SMALL_GRID, "--out", str(md)]) == 0
+    _, err = capsys.readouterr()
+    figures = sorted(p.name for p in (tmp_path / "report" / "figures").iterdir())
+    assert figures == ["bound_vs_depth.png", "bound_vs_width.png", "contribution_vs_p.png"]
+    assert "- `figures/bound_vs_depth.png`" in md.read_text()
+    assert f"wrote {md} (scaling section)" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]

@@ -165,3 +165,60 @@ def test_make_default_reproduces_the_shipped_files(tmp_path, default):
     _, record, raw = default
     assert (tmp_path / "default.safetensors").read_bytes() == raw
     assert json.loads((tmp_path / "default.json").read_text()) == record
+
+
+# --------------------------------------------------------------------------- progress and the chance warning
+
+
+def test_progress_sees_every_step_and_changes_nothing():
+    seen = []
+    model, record = train(TINY, progress=lambda step, loss: seen.append((step, loss)))
+    plain, plain_record = train(TINY)
+    assert [s for s, _ in seen] == list(range(1, TINY.steps + 1))
+    assert all(math.isfinite(loss) for _, loss in seen) and seen[-1][1] == record["final_batch_loss"]
+    assert all(torch.equal(a, b) for a, b in zip(weights(model).values(), weights(plain).values()))
+    assert record == plain_record
+
+
+def test_majority_rate_is_the_accuracy_of_the_constant_answer():
+    from specbound.train import majority_rate
+
+    assert majority_rate(np.array([1, 1, 1, -1])) == 0.75
+    assert majority_rate(np.array([-1, -1, 1, -1, 1])) == 0.6
+
+
+def test_chance_warning_fires_near_chance_only_and_says_what_to_change():
+    from specbound.train import CHANCE_SLACK, chance_warning
+
+    near = {"accuracy": 0.5017, "margin_median": 2.6e-9}
+    text = chance_warning(near, 0.5, TINY)
+    assert "near chance" in text and "0.5017" in text
+    for flag in ("--seed", "--lr", "--steps"):
+        assert flag in text
+    assert chance_warning({"accuracy": 0.5 + CHANCE_SLACK, "margin_median": 0.1}, 0.5, TINY) is None
+    assert chance_warning({"accuracy": 1.0, "margin_median": 6.7}, 0.5, TINY) is None
+    # chance is the majority rate: 0.8 accuracy on 80/20 labels learnt nothing
+    assert chance_warning({"accuracy": 0.8, "margin_median": 0.0}, 0.8, TINY) is not None
+
+
+# A run the spectral penalty pulls to f = 0 (the failure seen in the wild: accuracy ~0.5, margins ~0).
+COLLAPSING = dataclasses.replace(TINY, reg=100.0, reg_kind="schatten", lr=0.05, steps=30, n_train=64)
+
+
+def test_a_run_that_collapses_to_chance_is_recorded_with_the_warning():
+    _, record = train(COLLAPSING)
+    assert abs(record["train"]["margin_median"]) < 1e-3 and "near chance" in record["warning"]
+
+
+def test_training_progress_off_a_terminal_is_four_lines_through_say():
+    from specbound.progress import TRAINING_LINES, training_progress
+
+    lines = []
+    with training_progress(40, lines.append) as report:
+        for step in range(1, 41):
+            report(step, 1.0 / step)
+    assert len(lines) == TRAINING_LINES
+    assert lines[0].startswith("  step 10/40, loss 0.1, ") and "left" in lines[0]
+    assert lines[-1].startswith("  step 40/40, loss 0.025, ") and "left" not in lines[-1]
+    with training_progress(40, None) as report:  # nobody listening: nothing happens
+        report(1, 0.5)

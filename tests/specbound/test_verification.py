@@ -69,8 +69,14 @@ def _first_p_positive(cert):
 
 
 TAMPERS = {
-    "bound_upper lowered": lambda c: c["result"].__setitem__(
-        "bound_upper", str(Fraction(c["result"]["bound_upper"]) * Fraction(99, 100))),
+    "bound_upper lowered": lambda c: c["result"].__setitem__("bound_upper", c["result"]["bound_upper"] * 0.99),
+    "bound_upper as a string": lambda c: c["result"].__setitem__("bound_upper", str(c["result"]["bound_upper"])),
+    "bound_lower raised": lambda c: c["result"].__setitem__("bound_lower", c["result"]["bound_upper"]),
+    "partial_upper dropped": lambda c: c["result"].pop("partial_upper"),
+    "a matrix float forged": lambda c: c["matrices"][2].__setitem__(
+        "spectral_norm_upper", c["matrices"][2]["spectral_norm_upper"] / 2),
+    "a ball's float forged": lambda c: c["balls"].__setitem__("SS_lower", 0.0),
+    "a float made null": lambda c: c["matrices"][0].__setitem__("contribution_upper", None),
     "bound ball shifted": lambda c: c["balls"].__setitem__("bound", "[0.001 +/- 1e-10]"),
     "k_c lowered": lambda c: c["matrices"][0].__setitem__("k_c", c["matrices"][0]["k_c"] - 1),
     "k_c raised": lambda c: c["matrices"][0].__setitem__("k_c", c["matrices"][0]["k_c"] + 1),
@@ -173,6 +179,26 @@ def test_tampered_empirical_term_is_rejected(task_cert):
     other = copy.deepcopy(task_cert)
     other["empirical_source"]["detail"]["n"] += 1  # a different sample than the one of the bound
     assert not verify(other).valid
+
+
+def test_a_forged_float_is_named_as_the_mismatch(user_cert):
+    cert = copy.deepcopy(user_cert)
+    cert["matrices"][2]["spectral_norm_upper"] *= 2  # a bigger number: still above, but not the ball's
+    rep = verify(cert)
+    assert not rep.valid and [m[0] for m in rep.mismatches] == ["matrices[2].spectral_norm_upper"]
+
+
+def test_every_result_number_is_a_float_beside_its_ball(user_cert):
+    res = user_cert["result"]
+    for key in ("bound", "empirical", "complexity", "confidence", "partial"):
+        assert type(res[f"{key}_upper"]) is float and type(res[f"{key}_lower"]) is float, key
+        assert res[f"{key}_lower"] <= res[f"{key}_upper"]
+    assert list(res).index("bound_upper") == list(res).index("bound") + 1
+
+
+def test_a_certificate_of_the_older_format_is_refused_in_one_line(user_cert):
+    with pytest.raises(CertificateError, match="specbound-certificate-v1.*certify the checkpoint again"):
+        read({**user_cert, "format": "specbound-certificate-v1"})
 
 
 def test_unreadable_certificates_raise_one_line_errors(tmp_path):
