@@ -316,8 +316,11 @@ def _alive(pid: int) -> bool:
 def test_signals_leave_no_worker_behind(sig, rc, line):
     exe = Path(sys.executable).with_name("specbound")
     # --workers 2: a local pool of two worker processes; --forward arb: a long run of tasks on it
+    # a run started in the background of a script inherits SIGINT ignored (POSIX), and Python then
+    # leaves it ignored: give the command the default disposition a terminal gives it
     proc = subprocess.Popen([str(exe), "certify", "--samples", "4000", "--forward", "arb", "--workers", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         kids: list[int] = []
