@@ -19,7 +19,7 @@ the smaller.  Nothing here returns a value below the true BinInv (tests/certifie
 checks this against 60-digit mpmath roots, with mutants that must fail).
 
 Public API: :func:`bininv_upper`, :func:`invert` (-> :class:`Inversion`, both forms), :func:`kl_inv_upper`,
-:func:`tail_inv_upper`, :func:`log_cdf`, :func:`kl`.
+:func:`tail_inv_upper`, :func:`log_cdf`, :func:`kl`, :func:`certifies` (a verifier's check of a given point).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Callable
 
 from flint import arb, fmpq
 
-from specbound.certified.arb import float_upper, precision
+from specbound.certified.arb import float_lower, float_upper, precision
 
 WORK_BITS = 192
 """Arb precision of every evaluation here (C up to 1e12 nats keeps 150 bits below the unit)."""
@@ -277,6 +277,35 @@ def invert(n: int, k: int, C: Mass) -> Inversion:
     return Inversion(by_kl, by_kl, by_tail, "kl")
 
 
+def certifies(n: int, k: int, C: Mass, p: arb | float | Fraction) -> str | None:
+    """The certificate that the number ``p`` is ``>= BinInv(n, k, e^(-C))`` for every ``C`` in the ball, or
+    None when none is proven: "closed" (``p >= 1``; ``k = 0`` and ``p >= -expm1(-C/n)``; ``C = 0``), "kl"
+    (``p >= k/n`` and ``kl(k/n || p) >= C/n``, note (d2)) or "tail" (``log P(Bin(n, p) <= k) <= -C``, note
+    (d1)), each checked in Arb at the upper endpoint of ``C`` and at a binary64 number ``<= p`` (BinInv being
+    a maximum, a certificate at a smaller point carries over).  A verifier's check of a recorded bound: it
+    proves the given point, it does not search for one."""
+    n, k = _counts(n, k)
+    c_hi = mass_upper(C)
+    with precision(WORK_BITS):
+        pb = arb(fmpq(p.numerator, p.denominator)) if isinstance(p, Fraction) else arb(p)
+        if not pb.is_finite() or not pb >= 0:
+            return None
+        if pb >= 1:
+            return "closed"
+        if k == n:
+            return None
+        if c_hi.is_zero() or (k == 0 and bool(pb >= -(-c_hi / n).expm1())):
+            return "closed"
+        below = float_lower(pb)  # a binary64 number <= every point of p
+        if below <= 0:
+            return None
+        if _kl_certifies(arb(fmpq(k, n)), below, c_hi / n):
+            return "kl"
+        if _affordable(n, k, below) and _tail_certifies(n, k, below, c_hi):
+            return "tail"
+    return None
+
+
 def bininv_upper(n: int, k: int, C: Mass) -> arb:
     """An exact point ``>= BinInv(n, k, e^(-C)) = max{p : P(Bin(n, p) <= k) >= e^(-C)}``, never below it,
     for integers ``n >= 1``, ``0 <= k <= n`` and a mass ``C >= 0`` (ball or exact; its upper endpoint is
@@ -284,4 +313,5 @@ def bininv_upper(n: int, k: int, C: Mass) -> arb:
     return invert(n, k, C).value
 
 
-__all__ = ("Inversion", "bininv_upper", "invert", "kl", "kl_inv_upper", "log_cdf", "mass_upper", "tail_inv_upper")
+__all__ = ("Inversion", "bininv_upper", "certifies", "invert", "kl", "kl_inv_upper", "log_cdf", "mass_upper",
+           "tail_inv_upper")

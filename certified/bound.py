@@ -16,11 +16,18 @@ Guarantee of :func:`certify_bound`: with probability >= 1 - delta over the sampl
 the network is <= ``result.bound.upper()`` (when an empirical term is given; a user-supplied one is
 the user's claim).  ``SS`` is the minimum of the closed form and the exact single-scale objective
 at the plan's ``u``; ``DD`` is the Dudley closed form at the plan's ``alpha_D``, ``vartheta``.
+
+Two routes (``settings.routes``): the main theorem (Rademacher route) and the Occam route
+(proofs_notes/occam_route.md, :func:`specbound.certified.evaluation.occam`), each at level
+``delta / len(routes)``; the Occam route takes the certified upper margin count ``K^`` from the
+margin enclosures of the sample (:func:`specbound.certified.margins.count_upper`, condition C4) and
+the certified BinInv (certified/binomial.py).  ``result.bound`` is the smaller of the routes' bounds
+(occam_route.md step 5), ``result.route`` names the one attaining it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Sequence
 
@@ -32,13 +39,16 @@ from specbound.certified.arb import WORK_PREC, precision, sum_arb
 from specbound.certified.compiled import CACHE, CompiledTheorem, compiled_theorem
 from specbound.certified.context import ArbContext
 from specbound.certified.enclosure import SingularValueEnclosure
-from specbound.certified.evaluation import Radii, Readout, Structure, decimal_fraction, evaluate, structure_of
+from specbound.certified.evaluation import (
+    Radii, Readout, Structure, decimal_fraction, evaluate, occam, structure_of,
+)
 from specbound.certified.forward_ls import ROPE_COS, ROPE_SIN, rope_norm_bound
+from specbound.certified.margins import MarginEnclosures, count_upper
 from specbound.certified.radii import MatrixRounding, index_up, power_ball, round_matrix
 from specbound.errors import CertificationError
 from specbound.matrices import AnalysisWeights
-from specbound.plan import BoundPlan, BoundSettings
-from specbound.vocabulary import READOUT_FIXED, READOUT_TRAINED
+from specbound.plan import BoundPlan, BoundSettings, OccamPlan
+from specbound.vocabulary import READOUT_FIXED, READOUT_TRAINED, ROUTE_OCCAM, ROUTE_RADEMACHER
 
 _CACHE = CACHE  #: the compiled theorems (tests that patch the register clear it)
 
@@ -92,11 +102,69 @@ class CertifiedMatrixTerm:
 
 
 @dataclass(frozen=True)
+class OccamMatrixTerm:
+    """One covered matrix in the Occam route (its own p and grid radii; every ball encloses the stated real)."""
+
+    p: Fraction
+    k_c: int
+    k_s: int | None
+    proven_rank: int
+    schatten_power: arb  #: S_p(W_j) at the route's p (rank ball at p = 0)
+    c_radius: arb
+    s_radius: arb
+    kappa: arb  #: kappa^gamma_j = B_w alpha gamma_j / gamma
+    weight: arb  #: omega_j of the allocation rule (an exact integer)
+    share: arb  #: vartheta_j = omega_j / Omega
+    entropy: arb  #: H_j(eps_j)
+    lam: arb  #: its part of Lambda
+
+
+@dataclass(frozen=True)
+class CertifiedOccam:
+    """The Occam route of one certified evaluation (proofs_notes/occam_route.md).
+
+    ``gamma`` = beta_gamma^k_gamma (the count is taken there); ``count`` = K^ (certified upper count, None
+    without margin enclosures), ``count_method`` the pass that produced the enclosures; ``H`` =
+    H_theta(gamma), ``mass`` = C at ``level``; ``inversion`` the certified BinInv
+    (:class:`specbound.certified.binomial.Inversion`) and ``bound`` its value (None without a count).
+    """
+
+    plan: OccamPlan
+    beta_gamma: Fraction
+    k_gamma: int
+    gamma: arb
+    level: Fraction
+    matrices: tuple[OccamMatrixTerm, ...]
+    Omega: arb
+    share_w: arb | None
+    entropy_w: arb | None
+    H: arb
+    Lambda: arb
+    mass: arb
+    count: int | None
+    count_method: str
+    inversion: object | None
+    bound: arb | None
+
+    def balls(self) -> dict[str, arb]:
+        out = {"occam_gamma": self.gamma, "occam_Omega": self.Omega, "occam_H": self.H,
+               "occam_Lambda": self.Lambda, "occam_C": self.mass}
+        if self.entropy_w is not None:
+            out["occam_entropy_w"] = self.entropy_w
+        if self.bound is not None:
+            out["occam_bound"] = self.bound
+        return out
+
+
+@dataclass(frozen=True)
 class CertifiedBound:
     """Every intermediate ball of one certified evaluation, plus what was asked and chosen.
 
-    ``bound`` is None when no empirical term was supplied (then ``partial`` = complexity +
-    confidence is what is certified, and it is *not* a bound on the risk).
+    The Rademacher route's parts are the top-level fields (``rademacher`` its bound at its level);
+    ``occam`` the Occam route (None when not evaluated).  ``bound`` is the reported bound, the smaller
+    of the routes' bounds, and ``route`` the route attaining it; ``bound`` is None when no route has
+    one (no empirical term and no margin count: then ``partial`` = complexity + confidence is what is
+    certified, and it is *not* a bound on the risk).
     """
 
     settings: BoundSettings
@@ -127,6 +195,10 @@ class CertifiedBound:
     vartheta_w: Fraction | None
     u_w: Fraction | None
     notes: dict = field(default_factory=dict)
+    routes: tuple[str, ...] = (ROUTE_RADEMACHER,)
+    rademacher: arb | None = None  #: the Rademacher route's bound at its level (None without empirical term)
+    occam: CertifiedOccam | None = None
+    route: str | None = None  #: the route whose bound is reported
 
     @property
     def upper(self) -> arb | None:
@@ -144,8 +216,12 @@ class CertifiedBound:
             out[f"layer_lipschitz_{i}"] = lip
         if self.empirical is not None:
             out["empirical"] = self.empirical
+        if self.rademacher is not None:
+            out["rademacher_bound"] = self.rademacher
         if self.bound is not None:
             out["bound"] = self.bound
+        if self.occam is not None:
+            out |= self.occam.balls()
         return out
 
 
@@ -228,6 +304,8 @@ class CertifiedFacts:
     readout_kind: str
     roundings: Sequence[MatrixRounding] | None = None
     k_w: int | None = None
+    margins: MarginEnclosures | None = None
+    given_count: int | None = None
 
     def readout(self, ctx) -> Readout:
         w_norm = readout_ball(self.weights.readout)
@@ -250,6 +328,12 @@ class CertifiedFacts:
     def empirical(self, ctx, rho) -> arb | None:
         return self.empirical_ball
 
+    def count(self, ctx, gamma) -> int | None:
+        """The certified upper count ``K^ >= #{i : y_i f(X_i) <= gamma}`` (condition C4): undecided and
+        non-finite samples count (:func:`specbound.certified.margins.count_upper`); a verifier's given
+        count when there are no enclosures."""
+        return self.given_count if self.margins is None else count_upper(self.margins, gamma)
+
 
 def certified_facts(
     weights: AnalysisWeights,
@@ -259,14 +343,16 @@ def certified_facts(
     *,
     roundings: Sequence[MatrixRounding] | None = None,
     k_w: int | None = None,
+    margins: MarginEnclosures | None = None,
 ) -> tuple[ArbContext, CertifiedFacts, dict]:
     """The Arb context (theorem in force) and the certified facts of ``weights`` that
     :func:`specbound.certified.evaluation.evaluate` runs on, with the notes that qualify them (a
-    missing read-out, the rotary tables); arguments as for :func:`certify_bound`.  A route of the
-    driver other than the main theorem starts from here."""
+    missing read-out, the rotary tables); arguments as for :func:`certify_bound`."""
     J = len(weights.matrices)
     if len(enclosures) != J:
         raise CertificationError(f"expected {J} enclosures, got {len(enclosures)}")
+    if margins is not None and margins.n != settings.n:
+        raise CertificationError(f"margin enclosures of {margins.n} samples for n = {settings.n}")
     readout = settings.readout
     notes = {}
     if readout == READOUT_TRAINED and weights.readout is None:
@@ -275,10 +361,37 @@ def certified_facts(
     ct = arb_theorem(settings, weights.activation, weights.variant)
     _check_rotation_bound(weights, ct.rho_R, notes)
     bases = {"beta_c": settings.base_c(weights.num_layers, weights.variant), "beta_s": Fraction(settings.beta_s),
-             "beta_w": Fraction(settings.beta_w), "beta_rho": Fraction(settings.beta_rho)}
+             "beta_w": Fraction(settings.beta_w), "beta_rho": Fraction(settings.beta_rho),
+             "beta_gamma": Fraction(settings.beta_gamma)}
     facts = CertifiedFacts(weights, settings, structure_of(weights, ct.layout), grid_m(settings, weights), bases,
-                           enclosures, empirical, readout, roundings, k_w)
+                           enclosures, empirical, readout, roundings, k_w, margins)
     return ArbContext(ct), facts, notes
+
+
+def _occam_record(ev, plan: OccamPlan, facts: CertifiedFacts) -> CertifiedOccam:
+    """The Occam route's records from one evaluation by :func:`specbound.certified.evaluation.occam`."""
+    net, t = ev.network, ev.terms
+    rad = net.radii
+    mats = tuple(OccamMatrixTerm(
+        p=r.p, k_c=r.k_c, k_s=r.k_s, proven_rank=r.rank, schatten_power=r.schatten, c_radius=rad.c[j],
+        s_radius=rad.s[j], kappa=net.kappa[j], weight=t.weight[j], share=t.share[j], entropy=t.entropy[j],
+        lam=t.lam[j]) for j, r in enumerate(rad.detail))
+    inv = t.inversion
+    return CertifiedOccam(
+        plan=plan, beta_gamma=facts.bases["beta_gamma"], k_gamma=t.k_gamma, gamma=t.gamma, level=t.level,
+        matrices=mats, Omega=t.Omega, share_w=t.share_w, entropy_w=t.entropy_w, H=t.H, Lambda=t.Lambda,
+        mass=t.mass, count=t.count, count_method=facts.margins.method if facts.margins is not None else "",
+        inversion=inv, bound=t.bound)
+
+
+def reported(candidates: dict[str, arb | None]) -> tuple[arb | None, str | None]:
+    """The smallest bound of the routes (by upper endpoint, exactly) and its route's name; both routes'
+    statements hold together with probability >= 1 - delta (occam_route.md step 5), so their minimum does."""
+    best, name = None, None
+    for route, value in candidates.items():
+        if value is not None and (best is None or value.upper() < best.upper()):
+            best, name = value, route
+    return best, name
 
 
 def certify_bound(
@@ -288,22 +401,39 @@ def certify_bound(
     enclosures: Sequence[SingularValueEnclosure],
     empirical: arb | None,
     *,
+    margins: MarginEnclosures | None = None,
     roundings: Sequence[MatrixRounding] | None = None,
     k_w: int | None = None,
+    occam_roundings: Sequence[MatrixRounding] | None = None,
+    count: int | None = None,
 ) -> CertifiedBound:
-    """Evaluate the main theorem in Arb for ``weights`` at the grid point the plan selects.
+    """Evaluate the theorem's routes in Arb for ``weights``: the main theorem at the grid point the plan
+    selects and, when ``settings.routes`` lists it, the Occam route at ``plan.occam``.
 
     ``enclosures[j]`` must be a certified enclosure of ``weights.matrices[j]``; ``empirical`` a
-    ball whose upper endpoint is >= the empirical ramp loss at margin ``rho~`` (or None).
+    ball whose upper endpoint is >= the empirical ramp loss at margin ``rho~`` (or None); ``margins``
+    certified enclosures of ``y_i f(X_i)`` on the same sample (:mod:`specbound.certified.margins`), from
+    which the Occam route's count K^ is taken (None: the Occam route has no count and no bound).
     Returns every intermediate ball; ``result.bound.upper()`` is the certified bound.
 
-    ``roundings`` / ``k_w`` (for a verifier) impose given grid points instead of the minimal ones;
-    the caller must have checked that they dominate certified enclosures
-    (:func:`specbound.certified.radii.dominates`), otherwise the result is not a bound.
+    ``roundings`` / ``occam_roundings`` / ``k_w`` (for a verifier) impose given grid points instead of the
+    minimal ones (at the Rademacher plan's and the Occam plan's p); the caller must have checked that they
+    dominate certified enclosures (:func:`specbound.certified.radii.dominates`), otherwise the result is
+    not a bound.  ``count`` (a verifier that does not recompute the sample) imposes K^ when ``margins`` is
+    None; the caller vouches that it is an upper count.
     """
-    ctx, facts, notes = certified_facts(weights, settings, enclosures, empirical, roundings=roundings, k_w=k_w)
+    if ROUTE_RADEMACHER not in settings.routes:
+        raise CertificationError(f"the routes must include {ROUTE_RADEMACHER!r}, got {settings.routes}")
+    ctx, facts, notes = certified_facts(weights, settings, enclosures, empirical, roundings=roundings, k_w=k_w,
+                                        margins=margins)
+    occ = None
     with precision(WORK_PREC):
         ev = evaluate(ctx, facts, plan)
+        if ROUTE_OCCAM in settings.routes:
+            if plan.occam is None:
+                raise CertificationError("the Occam route needs its plan (plan.occam): none was chosen")
+            ofacts = replace(facts, roundings=occam_roundings, given_count=None if count is None else int(count))
+            occ = _occam_record(evaluate(ctx, ofacts, plan.occam, route=occam), plan.occam, ofacts)
     net, t = ev.network, ev.terms
     rad, ch = net.radii, t.choices
     records = []
@@ -315,10 +445,13 @@ def certify_bound(
             kappa=net.kappa[j], contribution=t.term[j], ss_entropy=t.entropy[j], dd_piece=t.piece[j],
             lam=t.lam[j], u=ch.u[j], vartheta=ch.vartheta[j]))
     rd = net.readout
+    rademacher = None if empirical is None else t.bound
+    bound, route = reported({ROUTE_RADEMACHER: rademacher, ROUTE_OCCAM: None if occ is None else occ.bound})
     return CertifiedBound(
         settings=settings, plan=plan, m=facts.m, bases=facts.bases, delta=decimal_fraction(settings.delta),
         matrices=tuple(records), layer_lipschitz=tuple(net.lipschitz), alphas=tuple(net.alpha), readout=rd.kind,
         readout_norm=rd.norm, k_w=rd.k_w, B_w=rd.B_w, k_rho=plan.k_rho, rho=net.rho, ss_closed=t.ss_closed,
         ss_exact=t.ss_exact, SS=t.SS, DD=t.DD, Lambda=t.Lambda, confidence=t.confidence, complexity=t.complexity,
-        empirical=empirical, bound=None if empirical is None else t.bound, partial=t.partial, alpha_D=ch.alpha_D,
-        vartheta_w=ch.vartheta_w, u_w=ch.u_w, notes=notes)
+        empirical=empirical, bound=bound, partial=t.partial, alpha_D=ch.alpha_D,
+        vartheta_w=ch.vartheta_w, u_w=ch.u_w, notes=notes, routes=tuple(settings.routes), rademacher=rademacher,
+        occam=occ, route=route)

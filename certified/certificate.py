@@ -3,10 +3,14 @@
 :func:`to_json` records everything needed to reproduce the bound: the checkpoint's sha256, the
 settings (bases as exact fractions, the grid m), library versions, every intermediate ball as a
 string ``"[mid +/- rad]"`` (Arb prints a ball that contains the value), the per-matrix list, the
-plan's choices, the empirical term's source, and the final bound.  One schema rule makes the numbers
+plan's choices, the empirical term's source, both routes of the theorem (``routes``: each route's
+level and bound; the Occam route's margin, certified count K^, entropy H, mass C, BinInv certificate and
+per-matrix shares of H), and the reported bound, the smaller one.  One schema rule makes the numbers
 usable as numbers (:func:`with_floats`): beside every ball field ``k`` stand the binary64 floats
 ``k_upper`` >= its upper end and ``k_lower`` <= its lower end; a field written with :func:`ball`
 anywhere in :func:`to_json` gets them, and :func:`check_floats` holds a certificate to them.
+Version 2 (``FORMAT``) added the routes and the float endpoints; another version is refused with a
+line that says so.
 
 :func:`read` parses a certificate back; :func:`settings_from` / :func:`plan_from` recover the
 recorded settings and choices; :class:`VerificationReport`, :func:`check_ball`,
@@ -33,13 +37,14 @@ from specbound.version import __version__
 from specbound.certified.arb import WORK_PREC, ball_from_str, ball_to_str, float_lower, float_upper, precision
 from specbound.certified.radii import MatrixRounding, dominates, exact_value
 from specbound.errors import SpecboundError
-from specbound.plan import BoundPlan, BoundSettings
+from specbound.plan import BoundPlan, BoundSettings, OccamPlan
 from specbound.scope import scope_lines, scope_summary
 from specbound.verdict import Verdict, decimal_up as _decimal_up
-from specbound.vocabulary import EMPIRICAL_USER, MAX_TASK_SAMPLES, MAX_TASK_SEQ_LEN
+from specbound.vocabulary import EMPIRICAL_USER, MAX_TASK_SAMPLES, MAX_TASK_SEQ_LEN, ROUTES
 
 FORMAT = "specbound-certificate-v2"
-"""v2: the float endpoints of :func:`with_floats` beside every ball (v1 had decimal strings
+"""The certificate schema version (v2: two routes, the Occam route's parts, ``beta_gamma``,
+``routes``; the float endpoints of :func:`with_floats` beside every ball; v1 had decimal strings
 ``*_upper`` in the result block only)."""
 
 DIGITS = 20
@@ -192,16 +197,67 @@ def _settings_json(bound) -> dict:
         "n": st.n, "delta": frac(bound.delta), "delta_float": st.delta, "margin": st.margin,
         "empirical": st.empirical, "readout": st.readout, "readout_used": bound.readout,
         "massart": st.massart, "dudley": st.dudley, "overrides": [list(o) for o in st.overrides],
-        "grid_m": bound.m, "bases": {k: frac(v) for k, v in bound.bases.items()},
+        "grid_m": bound.m, "bases": {k: frac(v) for k, v in bound.bases.items()}, "routes": list(st.routes),
     }
+
+
+def _notes_json(notes: dict) -> dict:
+    return {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in notes.items()}
 
 
 def _plan_json(plan) -> dict:
     # floats are written by json as repr(), which round-trips exactly
+    occ = plan.occam
     return {"m": plan.m, "p_index": list(plan.p_index), "k_rho": plan.k_rho, "u": list(plan.u),
             "u_w": plan.u_w, "alpha_D": plan.alpha_D, "vartheta": list(plan.vartheta),
-            "vartheta_w": plan.vartheta_w,
-            "notes": {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in plan.notes.items()}}
+            "vartheta_w": plan.vartheta_w, "notes": _notes_json(plan.notes),
+            "occam": None if occ is None else {"m": occ.m, "p_index": list(occ.p_index), "k_gamma": occ.k_gamma,
+                                               "notes": _notes_json(occ.notes)}}
+
+
+def occam_matrix_json(r, H: arb) -> dict:
+    """The Occam route's record of one matrix: its p and grid radii, the rule's weight and share, its
+    entropy and (a float, informational) its share of H."""
+    return {"p": frac(r.p), "k_c": r.k_c, "k_s": r.k_s, "proven_rank": r.proven_rank,
+            "schatten_power": ball(r.schatten_power), "c_radius": ball(r.c_radius), "s_radius": ball(r.s_radius),
+            "kappa": ball(r.kappa), "weight": ball(r.weight), "share": ball(r.share), "entropy": ball(r.entropy),
+            "lambda": ball(r.lam), "share_of_H": float(r.entropy.mid()) / (float(H.mid()) or 1.0)}
+
+
+def _occam_json(o, n: int) -> dict:
+    """The Occam route's parts (proofs_notes/occam_route.md): margin, count, H, Lambda, C, the BinInv
+    certificate and, per matrix, the rule's weight and share and its entropy with its share of H."""
+    inv = o.inversion
+    H_mid = float(o.H.mid()) or 1.0
+    mats = [occam_matrix_json(r, o.H) for r in o.matrices]
+    out = {"level": frac(o.level), "beta_gamma": frac(o.beta_gamma), "k_gamma": o.k_gamma, "gamma": ball(o.gamma),
+           "n": n, "count": o.count, "count_method": o.count_method, "Omega": ball(o.Omega),
+           "H": ball(o.H), "Lambda": ball(o.Lambda), "C": ball(o.mass),
+           "readout": None if o.entropy_w is None else {"share": ball(o.share_w), "entropy": ball(o.entropy_w),
+                                                        "share_of_H": float(o.entropy_w.mid()) / H_mid},
+           "matrices": mats, "bound": None, "bound_upper": None, "bound_lower": None, "bininv": None}
+    if o.bound is not None:
+        # the float ends beside the ball are the schema rule's (with_floats), not written here
+        del out["bound_upper"], out["bound_lower"]
+        out["bound"] = ball(o.bound)
+        out["bininv"] = {"method": inv.method, "value": float(inv.value.mid()), "kl": float(inv.kl.mid()),
+                         "tail": None if inv.tail is None else float(inv.tail.mid())}
+    return out
+
+
+def routes_json(b) -> dict:
+    """Both routes of a :class:`~specbound.certified.bound.CertifiedBound`: each one's level and bound,
+    the Occam route's parts, the reported route and why delta is split."""
+    out = {"evaluated": list(b.routes), "reported": b.route,
+           "note": (f"each route at delta/{len(b.routes)}: with probability >= 1 - delta all hold together, so "
+                    "the smallest is reported (proofs_notes/occam_route.md step 5)") if len(b.routes) > 1 else
+                   "one route at delta",
+           "rademacher": {"level": frac(b.settings.route_level()),
+                          **({"bound": None, "bound_upper": None, "bound_lower": None} if b.rademacher is None
+                             else {"bound": ball(b.rademacher)})}}
+    if b.occam is not None:
+        out["occam"] = _occam_json(b.occam, b.settings.n)
+    return out
 
 
 def matrix_json(rec, method: str) -> dict:
@@ -254,6 +310,7 @@ def to_json(result) -> dict:
         "label": verdict.label,
         "bound": ball(b.bound) if is_bound else None,
         **({} if is_bound else {"bound_upper": None, "bound_lower": None}),
+        "route": b.route,
         "empirical": ball(b.empirical) if b.empirical is not None else None,
         "complexity": ball(b.complexity), "confidence": ball(b.confidence), "partial": ball(b.partial),
     }
@@ -275,6 +332,7 @@ def to_json(result) -> dict:
                     "k_rho": b.k_rho, "k_w": b.k_w},
         "empirical_source": emp,
         "balls": {k: ball(v) for k, v in b.balls().items()},
+        "routes": routes_json(b),
         "matrices": [matrix_json(r, m) for r, m in zip(b.matrices, result.enclosure_methods)],
         "notes": dict(b.notes),
         "result": final,
@@ -382,7 +440,7 @@ def read(source) -> dict:
                                "certify the checkpoint again to write one")
     if not isinstance(cert, dict) or cert.get("format") != FORMAT:
         raise CertificateError(f"not a specbound certificate (format must be {FORMAT!r})")
-    for key in ("checkpoint", "settings", "plan", "matrices", "balls", "result", "empirical_source"):
+    for key in ("checkpoint", "settings", "plan", "matrices", "balls", "result", "empirical_source", "routes"):
         if key not in cert:
             raise CertificateError(f"certificate lacks the key {key!r}")
     return cert
@@ -502,8 +560,11 @@ def check_ranges(cert: dict) -> None:
         _float_in(st["empirical"], "settings.empirical", 0.0, 1.0)
     _int_in(st.get("grid_m"), "settings.grid_m", 1, MAX_GRID_M)
     bases = _dict(st, "bases", "settings.")
-    for key in ("beta_c", "beta_s", "beta_w", "beta_rho"):
+    for key in ("beta_c", "beta_s", "beta_w", "beta_rho", "beta_gamma"):
         _frac_in(bases.get(key), f"settings.bases.{key}", Fraction(1), big, open_lo=True)
+    routes = _list(st, "routes", "settings.")
+    if not routes or len(routes) > len(ROUTES) or not all(isinstance(r, str) and r in ROUTES for r in routes):
+        raise _where("settings.routes", f"expected a list out of {ROUTES}")
     overrides = _list(st, "overrides", "settings.")
     for i, o in enumerate(overrides):
         if not (isinstance(o, list) and len(o) == 2 and isinstance(o[0], str)):
@@ -523,6 +584,31 @@ def check_ranges(cert: dict) -> None:
     for key in ("u_w", "vartheta_w"):  # 0 for a fixed read-out (then unused)
         _float_in(plan.get(key), f"plan.{key}", 0.0, 1e300)
     _float_in(plan.get("alpha_D"), "plan.alpha_D", 0.0, 0.25, open_lo=True)
+    occ = plan.get("occam")
+    if occ is not None:
+        if not isinstance(occ, dict):
+            raise _where("plan.occam", "expected an object")
+        m_occ = _int_in(occ.get("m"), "plan.occam.m", 1, MAX_GRID_M)
+        for i, v in enumerate(_list(occ, "p_index", "plan.occam.")):
+            _int_in(v, f"plan.occam.p_index[{i}]", 0, 2 * m_occ)
+        _int_in(occ.get("k_gamma"), "plan.occam.k_gamma", -MAX_EXPONENT, MAX_EXPONENT)
+    rt = _dict(cert, "routes")
+    occ_rec = rt.get("occam")
+    if occ_rec is not None:
+        if not isinstance(occ_rec, dict):
+            raise _where("routes.occam", "expected an object")
+        if occ_rec.get("count") is not None:
+            _int_in(occ_rec["count"], "routes.occam.count", 0, MAX_N)
+        _int_in(occ_rec.get("k_gamma"), "routes.occam.k_gamma", -MAX_EXPONENT, MAX_EXPONENT)
+        for j, rec in enumerate(_list(occ_rec, "matrices", "routes.occam.")):
+            where = f"routes.occam.matrices[{j}]"
+            if not isinstance(rec, dict):
+                raise _where(where, "expected an object")
+            _int_in(rec.get("k_c"), f"{where}.k_c", -MAX_EXPONENT, MAX_EXPONENT)
+            if rec.get("k_s") is not None:
+                _int_in(rec["k_s"], f"{where}.k_s", -MAX_EXPONENT, MAX_EXPONENT)
+            _int_in(rec.get("proven_rank"), f"{where}.proven_rank", 0, MAX_RANK)
+            _frac_in(rec.get("p"), f"{where}.p", Fraction(0), Fraction(2))
     choices = cert.get("choices") or {}
     if not isinstance(choices, dict):
         raise _where("choices", "expected an object")
@@ -582,13 +668,17 @@ def settings_from(cert: dict) -> BoundSettings:
     return BoundSettings(
         n=int(s["n"]), delta=float(s["delta_float"]), margin=s.get("margin"), empirical=s.get("empirical"),
         beta_c=Fraction(bases["beta_c"]), beta_s=Fraction(bases["beta_s"]), beta_w=Fraction(bases["beta_w"]),
-        beta_rho=Fraction(bases["beta_rho"]), grid_m=int(s["grid_m"]), massart=s["massart"],
-        dudley=s["dudley"], readout=s["readout"], overrides=tuple(tuple(o) for o in s["overrides"]))
+        beta_rho=Fraction(bases["beta_rho"]), beta_gamma=Fraction(bases["beta_gamma"]), grid_m=int(s["grid_m"]),
+        massart=s["massart"], dudley=s["dudley"], readout=s["readout"],
+        overrides=tuple(tuple(o) for o in s["overrides"]), routes=tuple(s["routes"]))
 
 
 def plan_from(cert: dict) -> BoundPlan:
     """The BoundPlan (the float choices) recorded in a certificate."""
     p = cert["plan"]
+    occ = p.get("occam")
+    occam = None if occ is None else OccamPlan(m=int(occ["m"]), p_index=tuple(int(i) for i in occ["p_index"]),
+                                               k_gamma=int(occ["k_gamma"]))
     return BoundPlan(m=int(p["m"]), p_index=tuple(int(i) for i in p["p_index"]), k_rho=int(p["k_rho"]),
                      u=tuple(float(v) for v in p["u"]), u_w=float(p["u_w"]), alpha_D=float(p["alpha_D"]),
-                     vartheta=tuple(float(v) for v in p["vartheta"]), vartheta_w=float(p["vartheta_w"]))
+                     vartheta=tuple(float(v) for v in p["vartheta"]), vartheta_w=float(p["vartheta_w"]), occam=occam)

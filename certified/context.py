@@ -35,6 +35,11 @@ the Arb result encloses and the float result approximates):
     (a ball that does not is an error, never silently replaced).
 ``sum(x, axis=None)``, ``group_sum(x, group, size)``, ``min(a, b)``
     sums (Arb: from an exact 0, in index order, rounded outward) and the minimum.
+``bininv(n, k, C)``
+    the one-sided binomial inversion ``BinInv(n, k, e^-C)`` for integers ``n >= 1``, ``0 <= k <= n`` and a
+    mass ``C >= 0`` (proofs_notes/binomial_inversion.md), as an object with ``.value`` and ``.method``:
+    Arb, an exact point never below the true value for any ``C`` in the ball
+    (:func:`specbound.certified.binomial.invert`); numpy, a float estimate (for choosing).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from typing import Iterable, Sequence
 import numpy as np
 from flint import arb, fmpq
 
+from specbound.certified.binomial import Inversion, invert
 from specbound.certified.compiled import CompiledTheorem
 from specbound.errors import CertificationError
 
@@ -159,3 +165,6 @@ class ArbContext:
 
     def min(self, a, b):
         return arb.min(a, b)
+
+    def bininv(self, n: int, k: int, C: arb) -> Inversion:
+        return invert(int(n), int(k), C)

@@ -25,9 +25,14 @@ layer rounds certified enclosures onto the grids exactly (certified/radii.py), t
 rounds float spectra; each reads its own read-out norm and empirical term.
 
 Routes.  The shared part (radii, layer constants, alpha, gamma, kappa: :func:`network`) is
-evaluated once; a *route* turns it into a bound.  :func:`rademacher` is the main theorem's route
-(SS, DD, Lambda, confidence); a further theorem route is one more function with the same signature
-against the same context, passed to :func:`evaluate`.
+evaluated once per plan; a *route* turns it into a bound.  :func:`rademacher` is the main theorem's
+route (SS, DD, Lambda, confidence) at a :class:`~specbound.plan.BoundPlan`; :func:`occam` the Occam
+route (proofs_notes/occam_route.md: allocation rule, entropy H_theta(gamma), mass C, the certified
+upper count K^ and BinInv) at an :class:`~specbound.plan.OccamPlan`, whose margin gamma plays the part
+of rho in :func:`network` (so ``kappa`` is kappa^gamma).  Each route runs at the level
+``settings.route_level()`` (delta split between the routes evaluated).  The only inputs from the
+sample are ``facts.empirical`` (Rademacher) and ``facts.count`` (Occam): SS and DD take none, which
+the one-McDiarmid-step confidence needs (proofs_notes/sharpenings.md S3).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ import numpy as np
 
 from specbound.errors import CertificationError, SpecboundError
 from specbound.matrices import AnalysisWeights, NamedMatrix
-from specbound.plan import BoundPlan, BoundSettings
+from specbound.plan import BoundPlan, BoundSettings, OccamPlan
 from specbound.vocabulary import READOUT_TRAINED, kv_group
 
 DUDLEY_OVERSHOOT = Fraction(1, 10**9)
@@ -59,6 +64,7 @@ class Structure:
     (for the shared key matrix, the head's key/value group); ``layers[sym]`` (L,): the row feeding
     layer symbol ``sym``; ``group`` (H,): each head's key/value group; ``layer``/``head`` (J,):
     each matrix's layer and head (0 for a per-layer matrix); ``dims`` (J,): ``m_j + n_j``;
+    ``rows``/``cols`` (J,): ``m_j``, ``n_j`` (the volumetric cover's dimension is their product);
     ``rank_cap`` (J,): the structural rank cap ``r_max``.
     """
 
@@ -71,6 +77,8 @@ class Structure:
     group: np.ndarray
     num_groups: int
     dims: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
     rank_cap: np.ndarray
     width: int
     num_layers: int
@@ -95,7 +103,8 @@ def structure_of(weights: AnalysisWeights, layout: Mapping) -> Structure:
         matrices=mats, kinds=np.array([m.kind for m in mats], dtype=object),
         layer=as_i([m.layer for m in mats]), head=as_i([max(m.head, 0) for m in mats]), heads=heads,
         layers=layers, group=as_i(group), num_groups=max(group, default=-1) + 1,
-        dims=as_i([sum(m.shape) for m in mats]), rank_cap=as_i([m.rank_cap for m in mats]),
+        dims=as_i([sum(m.shape) for m in mats]), rows=as_i([m.shape[0] for m in mats]),
+        cols=as_i([m.shape[1] for m in mats]), rank_cap=as_i([m.rank_cap for m in mats]),
         width=int(weights.width), num_layers=int(L), variant=weights.variant)
 
 
@@ -137,8 +146,10 @@ class Facts(Protocol):
     """What one layer knows about the network, fed to :func:`evaluate`.
 
     ``settings``; ``structure``; ``m``: the grid P_m the settings fix; ``readout(ctx)``;
-    ``radii(ctx, plan)``: :class:`Radii` at the plan (may refuse a plan it cannot round);
-    ``empirical(ctx, rho)``: the empirical ramp loss at margin ``rho`` (None: not given).
+    ``radii(ctx, plan)``: :class:`Radii` at the plan's p (may refuse a plan it cannot round);
+    ``empirical(ctx, rho)``: the empirical ramp loss at margin ``rho`` (None: not given);
+    ``count(ctx, gamma)``: the margin count ``K^ >= #{i : y_i f(X_i) <= gamma}`` (Arb: the certified
+    upper count of condition C4; float: the count of the float margins) or None without a sample.
     """
 
     settings: BoundSettings
@@ -151,13 +162,16 @@ class Facts(Protocol):
 
     def empirical(self, ctx, rho): ...
 
+    def count(self, ctx, gamma) -> int | None: ...
+
 
 # -- the shared part: radii and sensitivities -----------------------------------------------------
 
 @dataclass(frozen=True, eq=False)
 class Network:
-    """Everything every route uses: radii, read-out, margin ``rho = beta_rho^k_rho`` and the
-    sensitivities (layer constants ``lipschitz`` (L,), ``alpha`` (L,), ``gamma``/``kappa`` (J,))."""
+    """Everything every route uses: radii, read-out, the plan's margin ``rho`` (``beta_rho^k_rho`` for
+    the Rademacher route, ``gamma = beta_gamma^k_gamma`` for the Occam route) and the sensitivities
+    (layer constants ``lipschitz`` (L,), ``alpha`` (L,), ``gamma``/``kappa`` (J,), kappa at that margin)."""
 
     radii: Radii
     readout: Readout
@@ -207,9 +221,10 @@ def network_sensitivities(ctx, structure: Structure, c, B_w, rho) -> tuple:
     return lip, alpha, gamma, kappa
 
 
-def check_grid(plan: BoundPlan, J: int, m: int) -> None:
+def check_grid(plan: BoundPlan | OccamPlan, J: int, m: int) -> None:
     """The plan is for ``J`` matrices on the grid ``P_m``; a CertificationError says what is wrong."""
-    if len(plan.p_index) != J or len(plan.u) != J or len(plan.vartheta) != J:
+    sizes = {len(plan.p_index)} | ({len(plan.u), len(plan.vartheta)} if isinstance(plan, BoundPlan) else set())
+    if sizes != {J}:
         raise CertificationError(f"plan covers {len(plan.p_index)} matrices, the network has {J}")
     if plan.m != m:
         raise CertificationError(f"plan uses the grid m = {plan.m}, the settings fix m = {m}")
@@ -218,16 +233,16 @@ def check_grid(plan: BoundPlan, J: int, m: int) -> None:
             raise CertificationError(f"plan: p index {i} is not on P_m (m = {m})")
 
 
-def network(ctx, facts: Facts, plan: BoundPlan) -> Network:
+def network(ctx, facts: Facts, plan: BoundPlan | OccamPlan) -> Network:
     """The shared part of every route at ``plan`` (refuses a plan for another network or grid, and
-    a zero read-out: the network is then constant)."""
+    a zero read-out: the network is then constant); kappa at the plan's margin."""
     st = facts.settings
     check_grid(plan, len(facts.structure.matrices), facts.m)
     readout = facts.readout(ctx)
     if not readout.B_w > 0:
         raise CertificationError("the read-out is zero: the network is constant, no margin bound")
     radii = facts.radii(ctx, plan)
-    rho = ctx.exact(Fraction(st.beta_rho) ** int(plan.k_rho))
+    rho = ctx.exact(plan.margin(st))
     lip, alpha, gamma, kappa = network_sensitivities(ctx, facts.structure, radii.c, readout.B_w, rho)
     return Network(radii, readout, rho, lip, alpha, gamma, kappa)
 
@@ -334,8 +349,9 @@ def rademacher(ctx, facts: Facts, net: Network, plan: BoundPlan) -> MainTerms:
     mid = ~is0 & ~two
     rank0 = is0 & (np.asarray(rad.rank) == 0)  # needs no cover: entropy and piece exactly 0
     live0 = is0 & ~rank0
-    n, N, m = ctx.exact(st.n), ctx.exact(S.width), ctx.exact(facts.m)
+    n, N = ctx.exact(st.n), ctx.exact(S.width)
     d, r, p = ctx.exact_vector(S.dims.tolist()), ctx.exact_vector(S.rank_cap.tolist()), ctx.exact_vector(rad.p)
+    vol = dict(m=ctx.exact_vector(S.rows.tolist()), n_c=ctx.exact_vector(S.cols.tolist()))  # sharpenings S1
     c, s = rad.c, rad.s
     B_w = rd.B_w
 
@@ -345,8 +361,8 @@ def rademacher(ctx, facts: Facts, net: Network, plan: BoundPlan) -> MainTerms:
     closed = ss_closed(f, rd.trained, ctx.sum(term), B_w=B_w, N=N, n=n, rho=rho)
     u = ctx.exact_vector(ch.u)
     ent = ctx.select(rank0, ctx.zero, ctx.select(
-        is0, f("ss_matrix_entropy_rank", where=live0, c=c, d=d, kappa=kap, r_max=r, s=s, u=u),
-        f("ss_matrix_entropy", where=~is0, c=c, d=d, kappa=kap, p=p, r_max=r, s=s, u=u)))
+        is0, f("ss_matrix_entropy_rank", where=live0, c=c, d=d, kappa=kap, r_max=r, s=s, u=u, **vol),
+        f("ss_matrix_entropy", where=~is0, c=c, d=d, kappa=kap, p=p, r_max=r, s=s, u=u, **vol)))
     H_total, U_total = ctx.sum(ent), ctx.sum(ctx.select(rank0, ctx.zero, u))
     if rd.trained:
         u_w = ctx.exact(ch.u_w)
@@ -366,11 +382,10 @@ def rademacher(ctx, facts: Facts, net: Network, plan: BoundPlan) -> MainTerms:
                    vartheta_w=ctx.exact(ch.vartheta_w) if rd.trained else None)
 
     # the post hoc union over the grid, confidence and bound
-    lam = ctx.select(is0, f("lambda_matrix_rank", where=is0, k_c=rad.k_c, m_grid=m, r_max=r),
-                     f("lambda_matrix", where=~is0, k_c=rad.k_c, k_s=rad.k_s, m_grid=m))
+    lam = matrix_prices(ctx, facts, rad)
     k_rho = ctx.exact(plan.k_rho)
     Lambda = lambda_total(f, rd.trained, ctx.sum(lam), k_rho=k_rho, k_w=ctx.exact(rd.k_w) if rd.trained else None)
-    delta = ctx.exact(decimal_fraction(st.delta))
+    delta = ctx.exact(st.route_level())  # delta / (number of routes): occam_route.md step 5
     confidence = f("confidence", Lambda=Lambda, delta=delta, n=n)
     complexity = f("complexity", DD=DD, SS=SS)
     empirical = facts.empirical(ctx, rho)
@@ -380,21 +395,117 @@ def rademacher(ctx, facts: Facts, net: Network, plan: BoundPlan) -> MainTerms:
                      empirical, bound, complexity + confidence)
 
 
+def matrix_prices(ctx, facts: Facts, rad: Radii):
+    """Each matrix's part of Lambda(theta) at its grid radii (posthoc_union): ``log(2m+1) + lambda(k_c)``
+    plus ``lambda(k_s)`` (p > 0) or ``log(r_max + 1)`` (p = 0).  The same for both routes."""
+    f = ctx.field
+    is0 = np.array([q == 0 for q in rad.p], dtype=bool)
+    m, r = ctx.exact(facts.m), ctx.exact_vector(facts.structure.rank_cap.tolist())
+    return ctx.select(is0, f("lambda_matrix_rank", where=is0, k_c=rad.k_c, m_grid=m, r_max=r),
+                      f("lambda_matrix", where=~is0, k_c=rad.k_c, k_s=rad.k_s, m_grid=m))
+
+
+# -- the Occam route ------------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class OccamTerms:
+    """The Occam route's values (context numbers) at an :class:`~specbound.plan.OccamPlan`.
+
+    Per matrix (J,): ``weight`` (the rule's omega_j), ``share`` (vartheta_j = omega_j / Omega),
+    ``entropy`` (H_j(eps_j), the smaller of the rank/Schatten and the volumetric cover), ``lam`` (its
+    part of Lambda).  ``share_w``/``entropy_w``: the read-out's (None when fixed).  ``H`` = H_theta(gamma),
+    ``Lambda`` (with lambda(k_gamma)), ``mass`` = C at ``level``; ``count`` = K^ (None without a sample),
+    ``inversion`` the context's BinInv of (n, K^, C) (``.value``, ``.method``) and ``bound`` its value
+    (None without a sample).
+    """
+
+    k_gamma: int
+    gamma: Any
+    weight: Any
+    Omega: Any
+    share: Any
+    share_w: Any
+    entropy: Any
+    entropy_w: Any
+    H: Any
+    lam: Any
+    Lambda: Any
+    level: Fraction
+    mass: Any
+    count: int | None
+    inversion: Any
+    bound: Any
+
+
+def occam(ctx, facts: Facts, net: Network, plan: OccamPlan) -> OccamTerms:
+    """The Occam route (proofs_notes/occam_route.md) at ``plan``: the rule's shares (functions of the
+    grid point only, condition C2), the scales ``eps_j = vartheta_j / (2 kappa^gamma_j)`` and
+    ``eps_w = vartheta_w gamma / 2``, ``H_theta(gamma)``, ``Lambda`` with ``lambda(k_gamma)``, the mass
+    ``C = H + Lambda + log(1/level)``, the margin count ``K^`` at ``gamma`` itself and
+    ``bound = BinInv(n, K^, e^-C)``.  A matrix of proven rank 0 at p = 0 has weight, share and entropy
+    exactly 0 (no formula is evaluated there)."""
+    if not isinstance(plan, OccamPlan):
+        raise CertificationError("the Occam route needs an OccamPlan (p_index, k_gamma)")
+    f, st, S = ctx.field, facts.settings, facts.structure
+    rd, rad, gam, kap = net.readout, net.radii, net.rho, net.kappa
+    is0 = np.array([q == 0 for q in rad.p], dtype=bool)
+    rank0 = is0 & (np.asarray(rad.rank) == 0)
+    live0 = is0 & ~rank0
+    N = ctx.exact(S.width)
+    shape = dict(d=ctx.exact_vector(S.dims.tolist()), m=ctx.exact_vector(S.rows.tolist()),
+                 n_c=ctx.exact_vector(S.cols.tolist()), r_max=ctx.exact_vector(S.rank_cap.tolist()))
+    c, s, p = rad.c, rad.s, ctx.exact_vector(rad.p)
+
+    # the allocation rule: exact integers of the grid point, shares omega_j / Omega
+    weight = ctx.select(rank0, ctx.zero, ctx.select(
+        is0, f("occam_weight_rank", where=live0, s=s, **shape), f("occam_weight", where=~is0, **shape)))
+    if rd.trained:
+        Omega = f("occam_Omega_total", Omega_sum=ctx.sum(weight), N=N)
+        share_w = f("occam_share_readout", N=N, Omega=Omega)
+    else:
+        Omega, share_w = f("occam_Omega_total_fixed", Omega_sum=ctx.sum(weight)), None
+    share = f("occam_share", omega=weight, Omega=Omega)
+
+    # the entropies at the route's scales (rank 0: exactly 0, never 0 log inf)
+    ent = ctx.select(rank0, ctx.zero, ctx.select(
+        is0, f("occam_entropy_matrix_rank", where=live0, c=c, kappa=kap, s=s, vartheta=share, **shape),
+        f("occam_entropy_matrix", where=~is0, c=c, kappa=kap, p=p, s=s, vartheta=share, **shape)))
+    if rd.trained:
+        H = f("occam_H_total", H_sum=ctx.sum(ent), B_w=rd.B_w, N=N, gamma_m=gam, vartheta_w=share_w)
+        ent_w = f("occam_entropy_readout", B_w=rd.B_w, N=N, gamma_m=gam, vartheta_w=share_w)
+    else:
+        H, ent_w = f("occam_H_total_fixed", H_sum=ctx.sum(ent)), None
+
+    # the union over the grid and the margin grid, the mass, the count and the inversion
+    lam = matrix_prices(ctx, facts, rad)
+    k_gamma = ctx.exact(plan.k_gamma)
+    if rd.trained:
+        Lambda = f("occam_Lambda_total", Lambda_sum=ctx.sum(lam), k_gamma=k_gamma, k_w=ctx.exact(rd.k_w))
+    else:
+        Lambda = f("occam_Lambda_total_fixed", Lambda_sum=ctx.sum(lam), k_gamma=k_gamma)
+    level = st.route_level()
+    mass = f("occam_confidence_mass", H_theta=H, Lambda=Lambda, delta=ctx.exact(level))
+    count = facts.count(ctx, gam)
+    inversion = None if count is None else ctx.bininv(int(st.n), min(int(count), int(st.n)), mass)
+    return OccamTerms(int(plan.k_gamma), gam, weight, Omega, share, share_w, ent, ent_w, H, lam, Lambda, level,
+                      mass, count, inversion, None if inversion is None else inversion.value)
+
+
 # -- the driver -----------------------------------------------------------------------------------
 
-Route = Callable[[Any, Facts, Network, BoundPlan], Any]
+Route = Callable[[Any, Facts, Network, Any], Any]
 
 
 @dataclass(frozen=True, eq=False)
 class Evaluation:
     """One evaluation: the shared :class:`Network` and the route's terms (:class:`MainTerms` for
-    :func:`rademacher`)."""
+    :func:`rademacher`, :class:`OccamTerms` for :func:`occam`)."""
 
     network: Network
     terms: Any
 
 
-def evaluate(ctx, facts: Facts, plan: BoundPlan, route: Route = rademacher) -> Evaluation:
+def evaluate(ctx, facts: Facts, plan: BoundPlan | OccamPlan, route: Route = rademacher) -> Evaluation:
     """The bound at ``plan`` in the arithmetic of ``ctx`` from ``facts``, by ``route``.
 
     Arb context: every value is a ball enclosing the exact value of the theorem's expression at
@@ -410,6 +521,7 @@ def decimal_fraction(x: float) -> Fraction:
     return Fraction(repr(float(x)))
 
 
-__all__ = ["DUDLEY_OVERSHOOT", "Choices", "Evaluation", "Facts", "MainTerms", "Network", "Radii", "Readout",
-           "Route", "Structure", "check_grid", "choices", "dd_closed", "decimal_fraction", "evaluate",
-           "lambda_total", "network", "network_sensitivities", "rademacher", "ss_closed", "structure_of"]
+__all__ = ["DUDLEY_OVERSHOOT", "Choices", "Evaluation", "Facts", "MainTerms", "Network", "OccamTerms", "Radii",
+           "Readout", "Route", "Structure", "check_grid", "choices", "dd_closed", "decimal_fraction", "evaluate",
+           "lambda_total", "matrix_prices", "network", "network_sensitivities", "occam", "rademacher", "ss_closed",
+           "structure_of"]

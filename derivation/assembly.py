@@ -58,13 +58,14 @@ def layout(model: str) -> Layout:
 
 
 def beta_c_expression(model: str) -> sp.Expr:
-    """The recommended spectral grid base as an expression in the depth ``L`` (symbols.L): 1 + 1/(4L)
-    for the plain kinds (four norms in a layer product), the ls_model's ``beta_c`` = 1 + 1/(6L) for
-    the LS variants (six norms).  Printed into numeric/generated.py for the run paths."""
+    """The recommended spectral grid base as an expression in the depth ``L`` (symbols.L): 1 + 1/(16L)
+    for the plain kinds (four norms in a layer product, so beta_c^(4L) <= e^(1/4)), the ls_model's
+    ``beta_c`` = 1 + 1/(24L) for the LS variants (six norms); proofs_notes/sharpenings.md S2.  Printed
+    into numeric/generated.py for the run paths."""
     if model in LS_VARIANTS:
         expr = modern_blocks.ls_model.constants["beta_c"]
         return expr.xreplace({next(iter(expr.free_symbols)): symbols.L})
-    return 1 + 1 / (4 * symbols.L)
+    return 1 + 1 / (16 * symbols.L)
 
 
 def default_beta_c(num_layers: int, model: str) -> Fraction:

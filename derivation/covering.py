@@ -77,6 +77,10 @@ rank_cover = Lemma(
     covering=RANK_ENTROPY,
 )
 
+#: the volumetric cover of the spectral ball of R^{m x n_c} (proofs_notes/sharpenings.md S1): valid for
+#: every covered matrix, smaller than the rank cover at a full rank cap; entropies take the minimum
+VOLUMETRIC_ENTROPY = lowrank_cover.constants["unconstrained"]
+
 LEMMAS = (volumetric_cover, lowrank_cover, stechkin_tail, schatten_cover, rank_cover)
 
 # -- network_cover (proofs_notes/theory.md section 4) ----------------------------------------------------------

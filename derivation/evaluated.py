@@ -19,6 +19,7 @@ import sympy as sp
 
 from . import symbols as S
 from .assembly import GROUP_SUMMAND, layout
+from .routes import occam_on, occam_readout_free_forms
 from .theorem import REGISTRY, VARIANTS, Theorem, assemble, readout_free_forms
 
 THEOREM_FIELDS = (
@@ -48,6 +49,12 @@ def fields(T: Theorem) -> dict[str, sp.Expr]:
     and what only the float planner uses to *choose*: the balance point ``u_star``, the ramp loss
     ``ramp`` and the two derivatives it linearises with (``confidence_dLambda``,
     ``ss_objective_dH_total``).
+
+    The Occam route's fields (proofs_notes/occam_route.md; derivation/routes.py on top of ``T``) carry
+    the prefix ``occam_``: the allocation weights, total and shares, the per-matrix and read-out
+    entropies at the route's scales, ``H_theta`` (and its fixed-read-out form), its ``Lambda`` (the
+    posthoc price with ``k_gamma``) and the mass ``C`` at the level it is given (the driver passes
+    delta/2 when both routes are reported).  Its ``kappa`` is the field ``kappa`` at ``rho = gamma``.
     """
     bal = REGISTRY["balance_single_scale"].constants
     (b_sym,) = bal["u_star"].free_symbols - {S.p}
@@ -67,7 +74,17 @@ def fields(T: Theorem) -> dict[str, sp.Expr]:
         "confidence_dLambda": sp.diff(T.confidence, S.Lambda),
         "ss_objective_dH_total": sp.diff(T.ss_objective, S.H_total),
     }
+    O = occam_on(T)
+    occ_free = occam_readout_free_forms(O)
+    out |= {f"occam_{name}": getattr(O, name) for name in OCCAM_FIELDS}
+    out |= {"occam_Omega_total_fixed": occ_free["Omega_total"], "occam_H_total_fixed": occ_free["H_total"],
+            "occam_Lambda_total_fixed": occ_free["Lambda_total"]}
     return out
+
+
+OCCAM_FIELDS = ("weight", "weight_rank", "Omega_total", "share", "share_readout", "entropy_matrix",
+                "entropy_matrix_rank", "entropy_readout", "H_total", "Lambda_total", "confidence_mass")
+"""Fields of :class:`~specbound.derivation.routes.OccamTheorem` an evaluation calls (as ``occam_<name>``)."""
 
 
 def arguments(expr: sp.Expr) -> tuple[sp.Symbol, ...]:

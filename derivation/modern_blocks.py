@@ -136,7 +136,7 @@ ls_model = Lemma(
         "d_G": N + d_ff, "rmax_G": sp.Min(N, d_ff), "d_U": N + d_ff, "rmax_U": sp.Min(N, d_ff),
         "d_D": N + d_ff, "rmax_D": sp.Min(N, d_ff),
         "J": L * (2 * H + n_kv + 3),
-        "beta_c": 1 + 1 / (6 * L),
+        "beta_c": 1 + 1 / (24 * L),  # sharpenings S2: beta_c^(6L) <= e^(1/4)
     },
 )
 

@@ -17,8 +17,8 @@ import sympy as sp
 
 from .lemma import Lemma
 from .symbols import (
-    B_w, C_mass, H_theta, K_hat, Lambda, N, Omega, P_err, alpha, beta, d, delta, gamma, gamma_m, k_gamma, n,
-    omega, r_max, s, vartheta, vartheta_w, x,
+    B_w, C_mass, H_theta, K_hat, Lambda, N, Omega, P_err, alpha, beta, d, delta, gamma, gamma_m, k_gamma, m_rows,
+    n, n_cols, omega, r_max, s, vartheta, vartheta_w, x,
 )
 
 #: BinInv(n, K, d) = max{t : P(Bin(n, t) <= K) >= d}; klInv(q, c) = max{t >= q : kl(q || t) <= c}
@@ -60,9 +60,11 @@ _yfc = sp.Symbol("y_hat_f", real=True)  # y f^(X) of its centre
 #: the scale of matrix j at margin gamma_m: kappa_j with rho replaced by gamma_m, times the share
 EPS_MATRIX = vartheta * gamma_m / (2 * B_w * alpha * gamma)
 EPS_READOUT = vartheta_w * gamma_m / 2
-#: the allocation rule (a function of the grid point only): r_j d_j, the rank cap for p_j > 0
+#: the allocation rule (a function of the grid point only): r_j d_j, the rank cap for p_j > 0, and
+#: at most the dimension m_j n_j of the volumetric cover (proofs_notes/sharpenings.md S1)
 WEIGHT = r_max * d
 WEIGHT_RANK = sp.Min(s, r_max) * d
+WEIGHT_VOLUMETRIC = m_rows * n_cols
 WEIGHT_READOUT = N
 
 occam_route = Lemma(
@@ -84,6 +86,7 @@ occam_route = Lemma(
         "budget_matrix": sp.Eq(B_w * alpha * gamma * EPS_MATRIX, vartheta * gamma_m / 2, evaluate=False),
         "weight": WEIGHT,
         "weight_rank": WEIGHT_RANK,
+        "weight_volumetric": WEIGHT_VOLUMETRIC,
         "weight_readout": WEIGHT_READOUT,
         "share": omega / Omega,
         "transfer_error": sp.Implies(sp.Le(_yf, 0), sp.Le(_yfc, gamma_m / 2)),

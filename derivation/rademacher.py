@@ -64,13 +64,22 @@ dudley = Lemma(
 
 _Eg = sp.Symbol("E_g", real=True)
 _Eg_hat = sp.Symbol("hat_E_g", real=True)
-CONFIDENCE_BASE = 3 * sp.sqrt(sp.log(2 / delta) / (2 * n))
+_R_bar = sp.Symbol("bar_R", nonnegative=True)  # a data-independent bound: hat_R_S(G) <= bar_R for every S
+#: one McDiarmid step (proofs_notes/sharpenings.md S3): valid for a complexity bound bar_R that holds
+#: for EVERY sample (a function of the grid point, n and choices only), as SS and DD are
+CONFIDENCE_BASE = sp.sqrt(sp.log(1 / delta) / (2 * n))
+#: the two-step form with the empirical hat_R_S: needed again if a data-dependent complexity is introduced
+CONFIDENCE_TWO_STEP = 3 * sp.sqrt(sp.log(2 / delta) / (2 * n))
 rademacher_generalization = Lemma(
     name="rademacher_generalization",
-    assumptions=("G a fixed [0,1]-valued class", "S i.i.d. of size n", "0 < delta < 1"),
-    statement=sp.Le(_Eg, _Eg_hat + 2 * R_hat + CONFIDENCE_BASE),
-    constants={"rademacher_coeff": sp.Integer(2), "confidence": CONFIDENCE_BASE},
-    source="Mohri-Rostamizadeh-Talwalkar 2018 Thm 3.3; Bartlett-Mendelson 2002 (cited)",
+    assumptions=("G a fixed [0,1]-valued class", "S i.i.d. of size n", "0 < delta < 1",
+                 "bar_R >= hat_R_S(G) for EVERY sample S of size n (data-independent: one McDiarmid step; "
+                 "a data-dependent complexity needs confidence_two_step with hat_R_S)"),
+    statement=sp.Le(_Eg, _Eg_hat + 2 * _R_bar + CONFIDENCE_BASE),
+    constants={"rademacher_coeff": sp.Integer(2), "confidence": CONFIDENCE_BASE,
+               "confidence_two_step": CONFIDENCE_TWO_STEP},
+    source="Mohri-Rostamizadeh-Talwalkar 2018 Thm 3.3; McDiarmid 1989; one step for a data-independent "
+           "bound (proofs_notes/sharpenings.md S3)",
 )
 
 # -- allocation_23: min sum_j b_j / eps_j^2 subject to sum_j kappa_j eps_j = eps -----------------

@@ -57,8 +57,8 @@ class OccamTheorem:
     gamma: Mapping[str, sp.Expr]
     kappa: sp.Expr  #: B_w alpha gamma / gamma_m (the Rademacher kappa with rho -> gamma_m)
 
-    weight: sp.Expr  #: omega_j, p > 0: r_max d
-    weight_rank: sp.Expr  #: omega_j, p = 0: min(s, r_max) d
+    weight: sp.Expr  #: omega_j, p > 0: min(r_max d, m n_c)
+    weight_rank: sp.Expr  #: omega_j, p = 0: min(min(s, r_max) d, m n_c)
     weight_readout: sp.Expr  #: omega_w = N
     Omega_total: sp.Expr  #: over Omega_sum
     share: sp.Expr  #: vartheta_j = omega / Omega
@@ -66,8 +66,8 @@ class OccamTheorem:
 
     eps_matrix: sp.Expr  #: vartheta / (2 kappa)
     eps_readout: sp.Expr  #: vartheta_w gamma_m / 2
-    entropy_matrix: sp.Expr  #: H_j(eps_j), p > 0
-    entropy_matrix_rank: sp.Expr  #: H_j(eps_j), p = 0
+    entropy_matrix: sp.Expr  #: min(H_j(eps_j), m n_c log(1 + 2c/eps_j)), p > 0
+    entropy_matrix_rank: sp.Expr  #: the same with the rank cover, p = 0
     entropy_readout: sp.Expr  #: N log(1 + 2 B_w / eps_w)
     H_total: sp.Expr  #: over H_sum: H_theta(gamma_m)
 
@@ -108,6 +108,12 @@ def assemble_occam(overrides: Mapping | None = None, *, activation: str = "gelu"
     return _assemble_occam(base, bool(split))
 
 
+def occam_on(base: Theorem) -> OccamTheorem:
+    """The Occam route (at delta, unsplit) on top of an assembled Rademacher theorem ``base``: what the
+    evaluation layers compile (derivation/evaluated.py); the route level is an argument there."""
+    return _assemble_occam(base, False)
+
+
 def _assemble_occam(base: Theorem, split: bool) -> OccamTheorem:
     """The Occam route on top of an assembled Rademacher theorem (its Lipschitz constants, sensitivities
     and per-matrix entropies, all unchanged).  Cheap (a few substitutions), so not cached."""
@@ -119,8 +125,8 @@ def _assemble_occam(base: Theorem, split: bool) -> OccamTheorem:
     eps_j = occ["eps_matrix"].xreplace({gamma: sensitivity})
     if eps_j != vartheta / (2 * kappa):  # pragma: no cover - guards the rewriting above
         raise AssertionError(f"eps_matrix is not vartheta/(2 kappa): {eps_j}")
-    H_sch = REGISTRY["schatten_cover"].covering
-    H_rank = REGISTRY["rank_cover"].covering
+    H_sch = sp.Min(REGISTRY["schatten_cover"].covering, base.entropy_volumetric)  # sharpenings S1
+    H_rank = sp.Min(REGISTRY["rank_cover"].covering, base.entropy_volumetric)
     H_w = base.entropy_readout.xreplace({eps: occ["eps_readout"]})
     lam = REGISTRY["posthoc_union"].constants["lambda"]
     mass = occ["confidence_mass"] + (occ["route_split"] if split else 0)
@@ -128,8 +134,8 @@ def _assemble_occam(base: Theorem, split: bool) -> OccamTheorem:
     omega_total = Omega_sum + occ["weight_readout"]
     exprs = dict(
         kappa=kap,
-        weight=occ["weight"],
-        weight_rank=occ["weight_rank"],
+        weight=sp.Min(occ["weight"], occ["weight_volumetric"]),
+        weight_rank=sp.Min(occ["weight_rank"], occ["weight_volumetric"]),
         weight_readout=occ["weight_readout"],
         Omega_total=omega_total,
         share=occ["share"],
@@ -203,7 +209,7 @@ class Routes:
 
 def assemble_routes(overrides: Mapping | None = None, *, massart: str = "centred", dudley: str = "centred",
                     activation: str = "gelu", model: str = "plain") -> Routes:
-    """Both routes with delta split: the Rademacher route's log(2/delta) becomes log(4/delta), log 2 is
+    """Both routes with delta split: the Rademacher route's log(1/delta) becomes log(2/delta), log 2 is
     added to the Occam mass C, and the smaller bound is the reported one (occam_route.md step 5)."""
     rad = assemble(overrides, massart=massart, dudley=dudley, activation=activation, model=model)
     occ = _assemble_occam(assemble(overrides, activation=activation, model=model), True)

@@ -30,7 +30,7 @@ from .lemma import Lemma
 from .symbols import (
     B_phi, B_w, C_sm, D_sum, DD, H_total, J, L_phi, Lambda, Lambda_sum, N, SS, T4_sum, T_sum,
     U_total, alpha_D, c, d, delta, emp, eps, k, k_c, k_rho, k_s, k_w, kappa,
-    n, p, r_max, rho, rho_R, s, u, u_w, vartheta, vartheta_w,
+    n, p, r_max, rho, rho_R, s, u, u_w, vartheta, vartheta_w, SAMPLE_SYMBOLS,
 )
 
 
@@ -59,7 +59,7 @@ main_theorem = Lemma(
     assumptions=("network_cover", "ramp_loss_cover", "massart_single_scale", "dudley",
                  "rademacher_generalization", "posthoc_union", "balance_single_scale"),
     statement=None,  # the assembled bound is Theorem.bound
-    constants={"bound": emp + 2 * sp.Min(SS, DD) + 3 * sp.sqrt((sp.log(2 / delta) + Lambda) / (2 * n))},
+    constants={"bound": emp + 2 * sp.Min(SS, DD) + sp.sqrt((sp.log(1 / delta) + Lambda) / (2 * n))},
 )
 
 #: every register entry of the analysis model (proofs_notes/theory.md section 8; layer_lipschitz / sensitivity_gamma are two objects)
@@ -120,10 +120,11 @@ class Theorem:
     entropy_schatten: sp.Expr  #: p > 0, with the ceiling
     entropy_rank: sp.Expr  #: p = 0
     entropy_readout: sp.Expr  #: N log(1 + 2 B_w / eps)
+    entropy_volumetric: sp.Expr  #: m n_c log(1 + 2 c / eps): every matrix may take the smaller (S1)
 
     # exact single-scale objective
-    ss_matrix_entropy: sp.Expr  #: H_j(u/kappa), p > 0
-    ss_matrix_entropy_rank: sp.Expr  #: H_j(u/kappa), p = 0
+    ss_matrix_entropy: sp.Expr  #: min(H_j(u/kappa), volumetric), p > 0
+    ss_matrix_entropy_rank: sp.Expr  #: min(H_j(u/kappa), volumetric), p = 0
     ss_readout_entropy: sp.Expr  #: H_w(rho u_w)
     ss_objective: sp.Expr  #: over U_total, H_total, n
 
@@ -160,7 +161,7 @@ class Theorem:
     lambda_matrix: sp.Expr  #: per-matrix part of Lambda, p > 0 (over m_grid, k_c, k_s)
     lambda_matrix_rank: sp.Expr  #: p = 0 (over m_grid, k_c, r_max)
     Lambda_total: sp.Expr  #: over Lambda_sum, k_w, k_rho
-    confidence: sp.Expr  #: 3 sqrt((log(2/delta) + Lambda)/(2n))
+    confidence: sp.Expr  #: sqrt((log(1/delta) + Lambda)/(2n)) (one McDiarmid step, data-independent SS, DD)
 
     bound: sp.Expr  #: hat_E + 2 Min(SS, DD) + confidence
     corollary: sp.Expr  #: hat_E + 2 ss_closed + confidence (over T_sum, Lambda)
@@ -272,6 +273,7 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
     # entropies, with a common radius symbol eps
     H_sch = REGISTRY["schatten_cover"].covering
     H_rank = REGISTRY["rank_cover"].covering
+    H_vol = REGISTRY["lowrank_cover"].constants["unconstrained"]  # m n_c log(1 + 2c/eps), sharpenings S1
     eps_w = next(iter(net["readout_entropy"].free_symbols - {N, B_w}))
     H_w = net["readout_entropy"].xreplace({eps_w: eps})
 
@@ -308,7 +310,7 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
     ph = REGISTRY["posthoc_union"].constants
     lam = ph["lambda"]
     conf_base = REGISTRY["rademacher_generalization"].constants["confidence"]
-    confidence = conf_base.xreplace({sp.log(2 / delta): sp.log(2 / delta) + Lambda})
+    confidence = conf_base.xreplace({sp.log(1 / delta): sp.log(1 / delta) + Lambda})
     if confidence == conf_base:  # pragma: no cover - guards the substitution above
         raise AssertionError("could not add Lambda to the confidence term")
     bound = emp + REGISTRY["rademacher_generalization"].constants["rademacher_coeff"] * sp.Min(SS, DD) \
@@ -324,8 +326,9 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
         entropy_schatten=H_sch,
         entropy_rank=H_rank,
         entropy_readout=H_w,
-        ss_matrix_entropy=H_sch.xreplace({eps: u / kappa}),
-        ss_matrix_entropy_rank=H_rank.xreplace({eps: u / kappa}),
+        entropy_volumetric=H_vol,
+        ss_matrix_entropy=sp.Min(H_sch, H_vol).xreplace({eps: u / kappa}),
+        ss_matrix_entropy_rank=sp.Min(H_rank, H_vol).xreplace({eps: u / kappa}),
         ss_readout_entropy=H_w.xreplace({eps: rho * u_w}),
         ss_objective=U_total + sp.sqrt(coeff * H_total),
         C_p=Cp,
@@ -336,8 +339,8 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
         ss_readout_term=readout_term,
         ss_closed=ss_closed,
         dd_upper=upper,
-        dd_matrix_entropy=H_sch.xreplace({eps: vartheta * u / kappa}),
-        dd_matrix_entropy_rank=H_rank.xreplace({eps: vartheta * u / kappa}),
+        dd_matrix_entropy=sp.Min(H_sch, H_vol).xreplace({eps: vartheta * u / kappa}),
+        dd_matrix_entropy_rank=sp.Min(H_rank, H_vol).xreplace({eps: vartheta * u / kappa}),
         dd_readout_entropy=H_w.xreplace({eps: vartheta_w * rho * u}),
         dd_integral=dd["alpha_coeff"] * alpha_D
         + dd["integral_coeff"] / sp.sqrt(n) * sp.Integral(sp.sqrt(H_total), (u, alpha_D, upper)),
@@ -363,6 +366,11 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
         corollary_matrix_term=cor_term,
         corollary_explicit=emp + T4_sum + 2 * sp.sqrt(coeff * N * ell_w) + 2 * (J + 1) / n + confidence,
     )
+    dependent = sample_dependent_complexity(exprs)
+    if dependent:  # the one-step confidence is proven only for SS, DD bounding hat_R_S for EVERY S
+        raise DerivationError(
+            "the one-McDiarmid-step confidence (proofs_notes/sharpenings.md S3) needs SS and DD independent "
+            f"of the sample; {', '.join(dependent)} depend(s) on it: use confidence_two_step")
     # Substitute the constants in force into EVERY expression, so no field can leak a free C_sm.
     return Theorem(
         constants=MappingProxyType(values),
@@ -372,6 +380,29 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
         lemmas=MappingProxyType({name: REGISTRY[name] for name in MODEL_LEMMAS[model]}),
         **{name: fix(expr) for name, expr in exprs.items()},
     )
+
+
+COMPLEXITY_FIELDS = (
+    "kappa", "entropy_schatten", "entropy_rank", "entropy_readout", "entropy_volumetric",
+    "ss_matrix_entropy", "ss_matrix_entropy_rank", "ss_readout_entropy", "ss_objective", "a_matrix",
+    "a_matrix_rank", "ss_matrix_term", "ss_matrix_term_rank", "ss_readout_term", "ss_closed", "dd_a_matrix",
+    "dd_a_matrix_rank", "dd_matrix_piece", "dd_matrix_piece_rank", "dd_matrix_piece_p2", "dd_readout_piece",
+    "dd_closed",
+)
+"""The fields SS and DD are built from: each must be a function of the grid point, n and the choices only
+(proofs_notes/sharpenings.md S3) for the one-McDiarmid-step confidence to hold."""
+
+
+def sample_dependent_complexity(exprs: Mapping[str, sp.Expr]) -> list[str]:
+    """Names of the :data:`COMPLEXITY_FIELDS` in ``exprs`` that contain a quantity measured on the
+    sample (:data:`~specbound.derivation.symbols.SAMPLE_SYMBOLS`); empty when SS and DD are
+    data-independent, the condition of the one-step confidence."""
+    out = []
+    for name in COMPLEXITY_FIELDS:
+        expr = exprs.get(name)
+        if isinstance(expr, sp.Basic) and expr.free_symbols & SAMPLE_SYMBOLS:
+            out.append(name)
+    return out
 
 
 def diff_report(a: Theorem, b: Theorem) -> list[str]:

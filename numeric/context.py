@@ -15,6 +15,8 @@ import numpy as np
 
 from specbound.certified.compiled import CompiledTheorem
 
+from .binomial import FloatInversion, bininv_estimate
+
 
 class NumpyContext:
     """float64 numpy arithmetic; a formula is evaluated over whole arrays (a ``where`` mask only says
@@ -64,3 +66,7 @@ class NumpyContext:
 
     def min(self, a, b):
         return np.minimum(a, b)
+
+    def bininv(self, n: int, k: int, C) -> FloatInversion:
+        """A float estimate of ``BinInv(n, k, e^-C)`` (numeric/binomial.py; for choosing only)."""
+        return bininv_estimate(int(n), int(k), float(C))

@@ -213,6 +213,13 @@ class FloatFacts:
             return self.settings.empirical
         return float(ctx.field("ramp", a=as_margins(self.margins), rho=rho).mean())
 
+    def count(self, ctx, gamma) -> int | None:
+        """The float margin count ``#{i : margin_i <= gamma}`` (an estimate of K^, for choosing; the
+        certified count is taken from margin enclosures, certified/margins.py)."""
+        if self.margins is None:
+            return None
+        return int(np.count_nonzero(as_margins(self.margins) <= float(gamma)))
+
 
 def evaluate_plan(
     weights: AnalysisWeights,

@@ -27,6 +27,8 @@ What is chosen, and how:
   (0, upper] and a few weight profiles (uniform, powers of the per-matrix pieces, the Lagrange
   point of ``sum_j w_j vartheta_j^(-p_j/2)``), all evaluated in one tensor; the weights are scaled
   by ``WEIGHT_SAFETY`` so their exact sum is <= 1.
+- ``occam`` (when ``settings.routes`` lists the Occam route and margins are given): the Occam route's
+  own p_j and margin gamma, chosen post hoc by :func:`numeric.occam_plan.plan_occam`.
 """
 
 from __future__ import annotations
@@ -39,11 +41,12 @@ import numpy as np
 
 from specbound.errors import SpecboundError
 from specbound.matrices import AnalysisWeights
-from specbound.plan import BoundPlan, BoundSettings
-from specbound.vocabulary import READOUT_TRAINED
+from specbound.plan import BoundPlan, BoundSettings, OccamPlan
+from specbound.vocabulary import READOUT_TRAINED, ROUTE_OCCAM
 
 from .evaluation import evaluate_facts
 from .grid import grid_size, schatten_grid
+from .occam_plan import plan_occam
 from .terms import (
     CompiledTheorem, NetworkFacts, as_margins, compiled_theorem, dd_closed, enclosure_midpoints, grid_down,
     grid_terms, grid_up, lambda_total, network_facts, power, row_blocks, sensitivities, ss_closed,
@@ -146,7 +149,8 @@ def choose_plan(
     ``numeric.spectra.Spectra`` or a (J, K) array) or, failing that, a float SVD in torch on
     ``device`` (numeric-only callers: ``numeric.bound.evaluate`` without a plan, experiments,
     benchmarks).  ``margins``: the float values y_i f(X_i) on the sample, used to choose the margin
-    when ``settings.margin`` is None.  Deterministic: same inputs, same plan.
+    when ``settings.margin`` is None, and the Occam route's margin and p when ``settings.routes``
+    lists it (without margins that route is not planned).  Deterministic: same inputs, same plan.
     """
     if enclosures is not None:
         if len(enclosures) != len(weights.matrices):
@@ -157,6 +161,15 @@ def choose_plan(
     return plan_for(ct, facts, settings, margins)
 
 
+def choose_occam(weights: AnalysisWeights, settings: BoundSettings, enclosures: Sequence, margins) -> OccamPlan:
+    """The Occam route's choices alone (:func:`numeric.occam_plan.plan_occam`) for a caller that brought
+    its own Rademacher plan; ``enclosures`` and ``margins`` as for :func:`choose_plan`."""
+    ct = compiled_theorem(settings, weights.activation, weights.variant)
+    facts = network_facts(weights, spectra=enclosure_midpoints(enclosures))
+    m = int(settings.grid_m) if settings.grid_m is not None else grid_size(facts.num_layers, facts.width)
+    return plan_occam(ct, facts, settings, margins, m)
+
+
 def _take(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``a[..., idx[...]]`` along the last axis (idx has a's shape less the last axis)."""
     return np.take_along_axis(a, idx[..., None], axis=-1)[..., 0]
@@ -164,6 +177,14 @@ def _take(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
 
 def plan_for(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, margins=None) -> BoundPlan:
     """:func:`choose_plan` on already computed network facts (``numeric.bound.evaluate`` plans with it)."""
+    plan = _rademacher_plan(ct, facts, settings, margins)
+    if ROUTE_OCCAM in settings.routes and margins is not None:
+        plan = replace(plan, occam=plan_occam(ct, facts, settings, margins, plan.m))
+    return plan
+
+
+def _rademacher_plan(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, margins) -> BoundPlan:
+    """The main theorem's choices (module docstring)."""
     marg = as_margins(margins)
     m = int(settings.grid_m) if settings.grid_m is not None else grid_size(facts.num_layers, facts.width)
     ps = schatten_grid(m)
@@ -266,6 +287,8 @@ def _exact_single_scale(ct, facts, settings, sens, g, ps, rho, k_rho, start, clo
     n, N = float(settings.n), float(facts.width)
     us = np.logspace(-math.log10(n), math.log10(4.0), U_POINTS)
     c, d, r = sens.c[:, None, None], facts.dims[:, None, None], facts.rank_cap[:, None, None]
+    rows = facts.structure.rows.astype(np.float64)[:, None, None]
+    cols = facts.structure.cols.astype(np.float64)[:, None, None]
     kap = sens.kappa[:, None, None]
     zero_p = ps == 0
     p_pos = np.where(zero_p, 1.0, ps)[None, :, None]
@@ -275,9 +298,9 @@ def _exact_single_scale(ct, facts, settings, sens, g, ps, rho, k_rho, start, clo
     for b in row_blocks(J, P * U_POINTS):
         with np.errstate(all="ignore"):
             H_b = ct("ss_matrix_entropy", c=c[b], d=d[b], kappa=kap[b], p=p_pos, r_max=r[b], s=g.s[b, :, None],
-                     u=us)
+                     u=us, m=rows[b], n_c=cols[b])
             H_rank = ct("ss_matrix_entropy_rank", c=c[b], d=d[b], kappa=kap[b], r_max=r[b],
-                        s=facts.proven_rank[b, None, None], u=us)
+                        s=facts.proven_rank[b, None, None], u=us, m=rows[b], n_c=cols[b])
         H_rank = np.where(facts.proven_rank[b, None, None] == 0, 0.0, H_rank)
         H[b] = np.where(zero_p[None, :, None], H_rank, np.where(zero_m[b], np.inf, H_b))  # (J, P, U)
     trained = sens.readout == READOUT_TRAINED
@@ -336,11 +359,12 @@ def _start_value(ct, facts, settings, sens, g, rows, p_idx, u, u_w, rho, k_rho, 
     s = g.s[rows, p_idx]
     is0 = p == 0
     p_pos = np.where(is0, 1.0, p)
+    vol = dict(m=facts.structure.rows.astype(np.float64), n_c=facts.structure.cols.astype(np.float64))
     with np.errstate(all="ignore"):
         ent = np.where(is0, ct("ss_matrix_entropy_rank", c=sens.c, d=facts.dims, kappa=sens.kappa,
-                                 r_max=facts.rank_cap, s=facts.proven_rank, u=u),
+                                 r_max=facts.rank_cap, s=facts.proven_rank, u=u, **vol),
                        ct("ss_matrix_entropy", c=sens.c, d=facts.dims, kappa=sens.kappa, p=p_pos,
-                          r_max=facts.rank_cap, s=s, u=u))
+                          r_max=facts.rank_cap, s=s, u=u, **vol))
     ent = np.where(is0 & (facts.proven_rank == 0), 0.0, ent)
     trained = sens.readout == READOUT_TRAINED
     h_w = ct("ss_readout_entropy", B_w=sens.B_w, N=N, rho=rho, u_w=u_w) if trained else 0.0

@@ -85,7 +85,7 @@ def certify(model: CheckpointSource | None = None, data: Any = None, *, cross_ch
     ``{"labels": ..., "tokens": ...}`` (or ``"inputs"``), the sample S of a certified empirical term.
     ``data`` and every keyword (``settings`` or the loose ``n``, ``delta``, ``margin``,
     ``empirical``, ``readout``; ``samples``, ``seed``, ``num_heads``, ``forward`` = "fast" | "arb",
-    ``workers``, ``scheduler``, ``engine``, ``show_progress``...) are those of
+    ``workers``, ``scheduler``, ``engine``, ``show_progress``, ``routes``...) are those of
     :func:`specbound.pipeline.certify`.  ``cross_check``: also evaluate the fast float path at the
     same plan against the certified values (:func:`cross_check`; in ``result.cross_check``).
     """

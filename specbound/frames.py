@@ -51,11 +51,17 @@ def _values(record: dict[str, Any], drop: Iterable[str]) -> dict[str, Any]:
 def certify_rows(result: Certification) -> list[dict[str, Any]]:
     """One row per covered matrix: identity, then the certificate's per-matrix values (exact ball
     strings ``"[mid +/- rad]"``, each followed by its float endpoints ``<field>_upper`` >= the ball
-    and ``<field>_lower`` <= it; fractions as strings, the enclosure route)."""
-    from .certified.certificate import matrix_json, with_floats
+    and ``<field>_lower`` <= it; fractions as strings, the enclosure route), and when the Occam route
+    was evaluated its per-matrix values under ``occam_*`` (p, weight, share, entropy, each ball with
+    its float endpoints, and the matrix's share of the entropy H, a float)."""
+    from .certified.certificate import matrix_json, occam_matrix_json, with_floats
 
-    return [with_floats({**identity(rec), **_values(matrix_json(rec, method), ("layer", "head", "type", "shape"))})
-            for rec, method in zip(result.bound.matrices, result.enclosure_methods)]
+    b = result.bound
+    occam = [{} for _ in b.matrices] if b.occam is None else [
+        {f"occam_{k}": v for k, v in occam_matrix_json(o, b.occam.H).items()} for o in b.occam.matrices]
+    return [with_floats({**identity(rec), **_values(matrix_json(rec, method), ("layer", "head", "type", "shape")),
+                         **occ})
+            for rec, method, occ in zip(b.matrices, result.enclosure_methods, occam)]
 
 
 SUMMARY_BALLS = ("bound", "empirical", "complexity", "confidence", "partial", "SS", "DD", "Lambda", "rho")

@@ -6,7 +6,10 @@ when a certified forward pass needs it); enclose every covered matrix's singular
 ``specbound.numeric.planner.choose_plan``); certify the empirical ramp loss at the plan's margin
 (the source resolved by :func:`specbound.empirical.resolve`: data file, fresh samples of the model's
 recorded task, or the user's number -- flagged as not certified); evaluate the theorem in Arb
-(:func:`specbound.certified.bound.certify_bound`).
+(:func:`specbound.certified.bound.certify_bound`).  When the certified forward pass gives margin
+enclosures of the sample (the fast or per-sample pass), both routes are evaluated, each at delta/2
+(the Occam route's count K^ from those enclosures, proofs_notes/occam_route.md), and the smaller bound
+is reported; otherwise the Rademacher route alone, at delta.
 
 Floats only *choose* (proofs_notes/theory.md sections 6-7): whatever the plan, the returned bound is valid.
 """
@@ -26,6 +29,7 @@ from specbound.certified.bound import certify_bound
 from specbound.certified.certificate import decimal_up, recorded_path
 from specbound.certified.gram_enclosure import METHOD as DEFAULT_ENCLOSURE, enclose_matrices
 from specbound.certified.fast_forward import NotApplicable
+from specbound.certified.margins import MarginEnclosures
 from specbound.certified.radii import exact_value, power_ball
 from specbound.certified.ramp_loss import fast_pass
 from specbound.checkpoint import load_layers, load_weights, open_checkpoint
@@ -34,12 +38,13 @@ from specbound.empirical import (  # noqa: F401  (task_record/task_sample/Empiri
     DEFAULT_SAMPLES, DEFAULT_SEED, EmpiricalSource, empirical_ball, resolve, task_record, task_sample,
 )
 from specbound.numeric import planner
-from specbound.plan import BoundSettings
+from specbound.plan import BoundSettings, OccamPlan
 from specbound.progress import progress_bar
 from specbound.scope import scope_block
 from specbound.verdict import Verdict, verdict_of
 from specbound.vocabulary import (
-    CAPABILITY_CERTIFY, CAPABILITY_FLOAT_FORWARD, FORWARD_FAST, READOUT_TRAINED, VIEW_ANALYSIS,
+    CAPABILITY_CERTIFY, CAPABILITY_FLOAT_FORWARD, FORWARD_FAST, FORWARD_INTERVAL, READOUT_TRAINED, ROUTE_OCCAM,
+    ROUTE_RADEMACHER, ROUTES, VIEW_ANALYSIS,
 )
 
 DEFAULT_DELTA = 0.05
@@ -54,15 +59,51 @@ LOOSE_SETTINGS = ("n", "delta", "margin", "empirical", "readout")
 
 
 def fast_pass_of(weights, data, forward: str):
-    """The fast certified forward pass over ``data`` (:func:`specbound.certified.ramp_loss.fast_pass`)
-    when ``forward`` is "fast" and the pass covers this model and input, else None.  Its float
-    margins choose rho and the same outputs certify the ramp loss: the sample is run once."""
-    if data is None or forward != FORWARD_FAST or data.n == 0:
+    """The fast certified forward pass over ``data`` (:func:`specbound.certified.ramp_loss.fast_pass`;
+    the per-sample pass on every sample when ``forward`` is "interval") when a pass covers this model and
+    input, else None.  Its float margins choose rho (and the Occam route's gamma), its margin enclosures
+    give the Occam count and, unless ``forward`` is "arb" (then every sample's ramp loss is redone in
+    Arb), the ramp loss: the sample is run once."""
+    if data is None or data.n == 0:
         return None
     try:
-        return fast_pass(weights, data)
+        return fast_pass(weights, data, method=FORWARD_INTERVAL if forward == FORWARD_INTERVAL else FORWARD_FAST)
     except NotApplicable:
         return None
+
+
+def routes_for(requested, fast) -> tuple[str, ...]:
+    """The routes evaluated: ``requested`` (a tuple of :data:`~specbound.vocabulary.ROUTES`), or by
+    default both when the certified pass gives margin enclosures of the sample (``fast`` not None), else
+    the Rademacher route alone.  Fixed by the options and the model before any margin is looked at."""
+    if requested is None:
+        return (ROUTE_RADEMACHER, ROUTE_OCCAM) if fast is not None else (ROUTE_RADEMACHER,)
+    routes = tuple(requested)
+    if not set(routes) <= set(ROUTES):
+        raise SpecboundError(f"routes must be out of {ROUTES}, got {routes}")
+    if ROUTE_OCCAM in routes and fast is None:
+        raise SpecboundError("the Occam route needs certified margin enclosures of the sample: a data set or "
+                             "recorded task and the fast or interval forward pass")
+    return routes
+
+
+def occam_margins(fast, data, gamma) -> MarginEnclosures:
+    """Certified margin enclosures of the sample for the Occam count at ``gamma`` (an Arb ball): the
+    pass's enclosures, with the samples whose enclosure contains gamma redone by the per-sample pass when
+    the a-priori pass ran (two certified enclosures of one margin: their intersection is one).  Samples
+    still undecided count in K^ (condition C4)."""
+    from specbound.certified.arb import float_lower, float_upper
+
+    m = fast.enclosures(data)
+    idx = m.straddling((float_lower(gamma), float_upper(gamma)))
+    if idx.size and fast.lower is None and fast.refine is not None:
+        try:
+            lo, hi = fast.refine(idx)
+        except NotApplicable:
+            return m
+        neg = np.asarray(data.labels)[idx] < 0
+        m = m.refined(idx, np.where(neg, -hi, lo), np.where(neg, -lo, hi), "interval")
+    return m
 
 
 def float_margins(weights, data, fast=None) -> np.ndarray | None:
@@ -160,6 +201,7 @@ def certify(
     forward: str = FORWARD_FAST,
     engine=None,
     scheduler: str | None = None,
+    routes: tuple[str, ...] | None = None,
 ) -> Certification:
     """Certify the bound of ``checkpoint`` (None: the embedded default), like ``specbound certify``.
 
@@ -171,7 +213,9 @@ def certify(
     either ``settings`` (a BoundSettings; its n is replaced by the data's size when there is data) or
     the loose keywords ``n``, ``delta`` (default 0.05), ``margin``, ``empirical``, ``readout``
     (default "trained"), never both (a SpecboundError).  ``forward`` is the certified forward pass
-    of the empirical term: "fast" (default, proofs_notes/fast_forward.md) or "arb".
+    of the empirical term: "fast" (default, proofs_notes/fast_forward.md), "interval" or "arb".
+    ``routes``: the theorem's routes to evaluate (:func:`routes_for`; default both when the pass gives
+    margin enclosures, each at delta/2, the smaller bound reported).
 
     The enclosures and the Arb forward passes run as tasks of one engine
     (:func:`specbound.engine.open_engine`): in process by default, on ``workers`` processes of this
@@ -192,11 +236,11 @@ def certify(
     with open_engine(workers=workers, scheduler=scheduler, engine=engine) as eng:
         return _certify(eng, checkpoint, settings, data, n=n, delta=delta, margin=margin, empirical=empirical,
                         samples=samples, seed=seed, num_heads=num_heads, readout=readout, plan=plan,
-                        show_progress=show_progress, forward=forward)
+                        show_progress=show_progress, forward=forward, routes=routes)
 
 
 def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical, samples, seed, num_heads,
-             readout, plan, show_progress, forward) -> Certification:
+             readout, plan, show_progress, forward, routes=None) -> Certification:
     """:func:`certify` on ``engine``."""
     from specbound.engine import enclose_on, ramp_blocks, source_of
 
@@ -232,13 +276,17 @@ def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical,
     fast = fast_pass_of(weights, dataset, forward)  # once: margins for the plan, then the certificate
     clock["fast_pass"] = time.perf_counter() - t2
     t2 = time.perf_counter()
+    settings = replace(settings, routes=routes_for(routes, fast))
+    occam = ROUTE_OCCAM in settings.routes
     if plan is None:
-        margins = float_margins(weights, dataset, fast) if settings.margin is None else None
+        margins = float_margins(weights, dataset, fast) if (settings.margin is None or occam) else None
         if settings.margin is None and margins is None:
             # nothing to choose the margin from: rho = 1 (stated in the output)
             settings = replace(settings, margin=1.0)
             notes["margin"] = "no margins to choose from: margin rho = 1 assumed"
         plan = choose_plan(weights, settings, encs, margins)
+    elif occam and plan.occam is None:
+        plan = replace(plan, occam=planner.choose_occam(weights, settings, encs, fast.margins(dataset)))
     clock["plan"] = time.perf_counter() - t2
 
     t3 = time.perf_counter()
@@ -259,7 +307,10 @@ def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical,
     clock["empirical"] = time.perf_counter() - t3
 
     t4 = time.perf_counter()
-    result = certify_bound(weights, settings, plan, encs, emp_ball)
+    margin_encs = None
+    if occam:  # the certified upper count K^ at the Occam margin comes from these (condition C4)
+        margin_encs = occam_margins(fast, dataset, power_ball(Fraction(settings.beta_gamma), plan.occam.k_gamma))
+    result = certify_bound(weights, settings, plan, encs, emp_ball, margins=margin_encs)
     bad = [name for name, ball in result.balls().items() if not ball.is_finite()]
     if bad:
         # a ball that is not finite certifies nothing; say so in one line instead of printing nan

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .errors import SpecboundError
-from .vocabulary import READOUT_TRAINED, READOUTS
+from .vocabulary import READOUT_TRAINED, READOUTS, ROUTE_RADEMACHER, ROUTES
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,10 @@ class BoundSettings:
     1 + 1/(4L)); ``grid_m`` None means m = ceil(L + ln N); ``readout``: "trained" (w fitted on the
     sample: covered and paid for) or "fixed" (w chosen independently of the sample, B_w = ||w||; a
     checkpoint without a read-out gets a fixed unit vector); ``overrides``: lemma constants
-    (C_sm, L_phi, B_phi) replaced by the user.
+    (C_sm, L_phi, B_phi) replaced by the user.  ``beta_gamma``: the Occam route's margin base
+    (proofs_notes/occam_route.md); ``routes``: the routes evaluated on the sample, each at level
+    ``delta / len(routes)`` (the smallest bound is reported; fixed before the sample is seen).
+    Default bases: proofs_notes/sharpenings.md S2 (beta_w = 17/16, beta_c = 1 + 1/(16L)).
     """
 
     n: int
@@ -38,13 +41,15 @@ class BoundSettings:
     empirical: float | None = None
     beta_c: Fraction | None = None
     beta_s: Fraction = Fraction(2)
-    beta_w: Fraction = Fraction(2)
+    beta_w: Fraction = Fraction(17, 16)
     beta_rho: Fraction = Fraction(2)
+    beta_gamma: Fraction = Fraction(17, 16)
     grid_m: int | None = None
     massart: str = "centred"
     dudley: str = "centred"
     readout: str = READOUT_TRAINED
     overrides: tuple[tuple[str, float], ...] = ()
+    routes: tuple[str, ...] = (ROUTE_RADEMACHER,)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.n, int) and self.n >= 1):
@@ -55,13 +60,23 @@ class BoundSettings:
             raise SpecboundError(f"margin must be a positive finite number, got {self.margin!r}")
         if self.empirical is not None and not (0.0 <= self.empirical <= 1.0):
             raise SpecboundError(f"empirical loss must lie in [0, 1], got {self.empirical!r}")
-        for name in ("beta_s", "beta_w", "beta_rho"):
+        for name in ("beta_s", "beta_w", "beta_rho", "beta_gamma"):
             if Fraction(getattr(self, name)) <= 1:
                 raise SpecboundError(f"{name} must be > 1")
         if self.beta_c is not None and Fraction(self.beta_c) <= 1:
             raise SpecboundError("beta_c must be > 1")
         if self.readout not in READOUTS:
             raise SpecboundError(f"readout must be 'trained' or 'fixed', got {self.readout!r}")
+        routes = tuple(self.routes)
+        if len(set(routes)) != len(routes) or not set(routes) <= set(ROUTES) or ROUTE_RADEMACHER not in routes:
+            raise SpecboundError(f"routes must be distinct names out of {ROUTES} including {ROUTE_RADEMACHER!r}, "
+                                 f"got {self.routes!r}")
+        object.__setattr__(self, "routes", routes)
+
+    def route_level(self) -> Fraction:
+        """The confidence level each route runs at: the user's delta (the rational they typed) split
+        evenly between the routes (occam_route.md step 5: any split fixed in advance is valid)."""
+        return Fraction(repr(float(self.delta))) / len(self.routes)
 
     def base_c(self, num_layers: int, model: str = "plain") -> Fraction:
         """beta_c, by default 1 + 1/(4L), 1 + 1/(6L) for the LS variants (proofs_notes/theory.md
@@ -95,8 +110,38 @@ class BoundPlan:
     vartheta_w: float
     notes: dict = field(default_factory=dict, compare=False)
 
+    occam: OccamPlan | None = field(default=None, compare=False)
+    """The Occam route's choices (None: the route is not planned)."""
+
     def p(self, j: int) -> Fraction:
         return Fraction(self.p_index[j], self.m)
+
+    def margin(self, settings: BoundSettings) -> Fraction:
+        """The margin this plan evaluates at: ``rho = beta_rho^k_rho``."""
+        return Fraction(settings.beta_rho) ** int(self.k_rho)
+
+
+@dataclass(frozen=True)
+class OccamPlan:
+    """Float choices of the Occam route (proofs_notes/occam_route.md); any values are valid.
+
+    ``p_index[j]``: p_j = i/m (chosen for this route, independently of the Rademacher plan's: the
+    union over the grid covers every choice); ``k_gamma``: the margin ``gamma = beta_gamma^k_gamma``, a
+    float margin rounded *down* to the grid (the count is taken at gamma itself).  The allocation of the
+    cover radius over the matrices is not a choice: it is the rule fixed in advance (condition C2).
+    """
+
+    m: int
+    p_index: tuple[int, ...]
+    k_gamma: int
+    notes: dict = field(default_factory=dict, compare=False)
+
+    def p(self, j: int) -> Fraction:
+        return Fraction(self.p_index[j], self.m)
+
+    def margin(self, settings: BoundSettings) -> Fraction:
+        """The margin this plan evaluates at: ``gamma = beta_gamma^k_gamma``."""
+        return Fraction(settings.beta_gamma) ** int(self.k_gamma)
 
 
 def generated_theorem_applies(settings: BoundSettings) -> bool:

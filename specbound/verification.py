@@ -9,9 +9,13 @@ the certified flag, the 0-1 error count, the scope block); fresh enclosures (the
 dense matrices up to :data:`ARB_ROUTE_MAX_DIM`, so not the route ``certify`` used); every radius
 (``beta**k >=`` the fresh upper enclosure; a recorded rank >= the fresh proven rank bound); every
 ball (finite, intersecting the recomputed ball and not much wider); and the final bound (its printed
-upper endpoint >= the recomputed one).  The recorded *choices* (Schatten indices, loss scales, Dudley
-weights, margin exponent) are the only inputs taken from the certificate: the theorem holds for every
-choice on its grid, so they can make the number looser, never invalid.  Any difference is reported
+upper endpoint >= the recomputed one).  Both routes are recomputed: the Occam route's radii at its own
+p (each dominating a fresh enclosure), its shares from the allocation rule, H, Lambda, C, the certified
+count K^ from a fresh certified forward pass (its margin enclosures, :func:`specbound.pipeline.occam_margins`)
+and the recorded BinInv value against its certificate (:func:`specbound.certified.binomial.certifies`).
+The recorded *choices* (Schatten indices, loss scales, Dudley weights, margins rho and gamma) are the
+only inputs taken from the certificate: the theorem holds for every choice on its grid, so they can make
+the number looser, never invalid.  Any difference is reported
 as (field path, recorded, recomputed); a bound built on an unproven constant is INVALID.
 """
 
@@ -25,6 +29,7 @@ from pathlib import Path
 from flint import arb
 
 from specbound.certified.arb import WORK_PREC, precision
+from specbound.certified.binomial import certifies
 from specbound.certified.bound import certify_bound, decimal_fraction, grid_m, readout_ball
 from specbound.certified.certificate import (
     CertificateError, VerificationReport, ball, check_ball, check_floats, check_ranges, frac,
@@ -39,11 +44,12 @@ from specbound.data_file import data_sha256
 from specbound.data_source import as_dataset
 from specbound.empirical import dataset_of, empirical_ball, from_record, task_record, training_record
 from specbound.errors import SourceNotFoundError, SpecboundError, option
-from specbound.pipeline import judge
+from specbound.certified.margins import count_upper
+from specbound.pipeline import fast_pass_of, judge, occam_margins
 from specbound.plan import BoundSettings
 from specbound.vocabulary import (
     CERTIFIED_SOURCES, EMPIRICAL_DATA, EMPIRICAL_NONE, EMPIRICAL_SOURCES, EMPIRICAL_TASK, EMPIRICAL_TRAIN,
-    EMPIRICAL_USER,
+    EMPIRICAL_USER, FORWARD_FAST, ROUTE_OCCAM, ROUTE_RADEMACHER,
 )
 
 ARB_ROUTE_MAX_DIM = 256
@@ -57,25 +63,25 @@ def _fresh_enclosure(mat):
     return enclose(mat)
 
 
-def _empirical(cert: dict, weights, settings, rep: VerificationReport, recompute: bool, given=None) -> arb | None:
-    """The empirical term of the recorded source, recomputed (or taken from the certificate) on the
-    recorded sample, or on ``given`` (the sample as the caller holds it) when given; either way the
-    sample must have the recorded ``data_sha256``."""
+def _empirical(cert: dict, weights, settings, rep: VerificationReport, recompute: bool, given=None):
+    """(the empirical term of the recorded source, recomputed or taken from the certificate; the sample
+    it was recomputed on, or None).  The sample is the recorded one, or ``given`` (the sample as the
+    caller holds it) when given; either way it must have the recorded ``data_sha256``."""
     try:
         source = from_record(cert["empirical_source"])
     except ValueError:
         rep.add("empirical_source.kind", cert["empirical_source"].get("kind"), "one of " + ", ".join(EMPIRICAL_SOURCES))
-        return parse_ball(cert["result"].get("empirical"))
+        return parse_ball(cert["result"].get("empirical")), None
     if source.kind == EMPIRICAL_NONE:
-        return None
+        return None, None
     if source.kind == EMPIRICAL_USER:
         rep.notes.append("the empirical term was supplied by the user and is NOT certified")
         rep.compare("settings.empirical", settings.empirical, float(source.detail.get("value", -1)))
-        return empirical_ball(weights, source, None, arb(1))[0]
+        return empirical_ball(weights, source, None, arb(1))[0], None
     recorded = parse_ball(cert["result"].get("empirical"))
     if not recompute:
         rep.notes.append("empirical term taken from the certificate (not recomputed)")
-        return recorded
+        return recorded, None
     if given is not None:
         data = as_dataset(given)
     else:
@@ -86,7 +92,7 @@ def _empirical(cert: dict, weights, settings, rep: VerificationReport, recompute
                 rep.add("empirical_source.detail.path", str(path),
                         f"a sample given in memory: give the same sample again as {option('data')}" if in_memory
                         else f"file not found (give the sample as {option('data')})")
-                return recorded
+                return recorded, None
             sha = file_sha256(path)
             if sha != source.detail.get("sha256"):
                 rep.add("empirical_source.detail.sha256", source.detail.get("sha256"), sha)
@@ -103,7 +109,58 @@ def _empirical(cert: dict, weights, settings, rep: VerificationReport, recompute
     for key in ("errors01", "undecided"):
         if key in recorded_src:
             rep.compare(f"empirical_source.{key}", recorded_src[key], getattr(ramp, key))
-    return value
+    return value, data
+
+
+def _occam_count(cert: dict, weights, settings, plan, data, rep: VerificationReport):
+    """(fresh certified margin enclosures of the sample for the Occam count -- a fresh forward pass, the
+    samples straddling gamma redone per sample -- or None; the recorded count when the sample was not
+    recomputed, else None)."""
+    if ROUTE_OCCAM not in settings.routes or plan.occam is None:
+        return None, None
+    recorded = (cert.get("routes") or {}).get("occam") or {}
+    if data is None:
+        count = recorded.get("count")
+        if isinstance(count, int) and not isinstance(count, bool):
+            rep.notes.append("Occam route: its count K^ taken from the certificate (not recomputed)")
+            return None, count
+        return None, None
+    fast = fast_pass_of(weights, data, FORWARD_FAST)
+    if fast is None:
+        rep.add("routes.occam.count", recorded.get("count"), "no certified margin enclosures of the sample")
+        return None, None
+    gamma = power_ball(Fraction(settings.beta_gamma), plan.occam.k_gamma)
+    margins = occam_margins(fast, data, gamma)
+    rep.compare("routes.occam.count", recorded.get("count"), count_upper(margins, gamma))
+    return margins, None
+
+
+def _rounding(rep: VerificationReport, where: str, rec: dict, mat, enc, p: Fraction, bases) -> MatrixRounding | None:
+    """The recorded grid point of one matrix at index ``p``, checked against a fresh enclosure (``beta^k``
+    dominates its upper endpoints; a recorded rank >= the fresh proven rank); None when it does not."""
+    sn = spectral_norm(enc)
+    if "spectral_norm" in rec:  # the Occam route's records share the Rademacher route's norm
+        check_ball(rep, f"{where}.spectral_norm", rec["spectral_norm"], sn)
+    rank = int(rec["proven_rank"])
+    rep.checked += 1
+    if rank < enc.rank_upper and (p == 0):
+        rep.add(f"{where}.proven_rank", rank, f">= {enc.rank_upper} (fresh proven bound)")
+    k_c = int(rec["k_c"])
+    rep.checked += 1
+    zero = enc.rank_upper == 0
+    if not (zero or dominates(bases["beta_c"], k_c, sn)):
+        rep.add(f"{where}.k_c", k_c, f"beta_c^k_c < ||W|| upper {ball(sn)}")
+    k_s = rec.get("k_s")
+    if p > 0:
+        sp_ball = schatten_power(enc, p)
+        check_ball(rep, f"{where}.schatten_power", rec["schatten_power"], sp_ball)
+        rep.checked += 1
+        if k_s is None or not dominates(bases["beta_s"], int(k_s), sp_ball):
+            rep.add(f"{where}.k_s", k_s, f"beta_s^k_s < S_p upper {ball(sp_ball)}")
+            return None
+    else:
+        sp_ball = arb(rank)
+    return MatrixRounding(p, k_c, None if p == 0 else int(k_s), rank, sn, sp_ball, zero and p == 0 and rank == 0)
 
 
 def _check_claims(cert: dict, weights, settings: BoundSettings, checkpoint, rep: VerificationReport) -> None:
@@ -124,9 +181,12 @@ def _check_claims(cert: dict, weights, settings: BoundSettings, checkpoint, rep:
     st = cert["settings"]
     rep.compare("settings.grid_m", int(st["grid_m"]), grid_m(replace(settings, grid_m=None), weights))
     rep.compare("plan.m", int(cert["plan"]["m"]), int(st["grid_m"]))
+    if cert["plan"].get("occam") is not None:
+        rep.compare("plan.occam.m", int(cert["plan"]["occam"]["m"]), int(st["grid_m"]))
     defaults = BoundSettings(n=1)
     proven_bases = {"beta_c": frac(defaults.base_c(weights.num_layers, weights.variant)), "beta_s": frac(defaults.beta_s),
-                    "beta_w": frac(defaults.beta_w), "beta_rho": frac(defaults.beta_rho)}
+                    "beta_w": frac(defaults.beta_w), "beta_rho": frac(defaults.beta_rho),
+                    "beta_gamma": frac(defaults.beta_gamma)}
     for key, value in proven_bases.items():
         rep.compare(f"settings.bases.{key}", frac(Fraction(st["bases"][key])), value)
     for key in ("massart", "dudley"):
@@ -186,6 +246,51 @@ def verify(cert_source, checkpoint: str | os.PathLike | None = None, *, data=Non
         raise CertificateError(f"certificate is malformed ({type(exc).__name__}: {exc})") from None
 
 
+def _occam_records(cert: dict, plan, J: int, rep: VerificationReport) -> list:
+    """The Occam route's per-matrix records (empty when the route was not evaluated)."""
+    occ = (cert.get("routes") or {}).get("occam")
+    if plan.occam is None:
+        if occ is not None:
+            rep.add("plan.occam", None, "the Occam route's plan (routes.occam is recorded)")
+        return []
+    if not isinstance(occ, dict) or not isinstance(occ.get("matrices"), list) or len(occ["matrices"]) != J \
+            or len(plan.occam.p_index) != J:
+        rep.add("routes.occam.matrices", "absent or of another length", f"{J} matrices")
+        return []
+    return occ["matrices"]
+
+
+def _check_occam(cert: dict, fresh, rep: VerificationReport) -> None:
+    """The Occam route's recorded parts against the recomputation, and the recorded BinInv value against
+    its certificate at the recomputed mass C (certified/binomial.py ``certifies``)."""
+    occ, o = (cert.get("routes") or {}).get("occam"), fresh.occam
+    rep.checked += 1
+    if (occ is None) != (o is None):
+        rep.add("routes.occam", "absent" if occ is None else "recorded", "evaluated" if o is not None else "absent")
+        return
+    if o is None:
+        return
+    for j, (rec, f) in enumerate(zip(occ["matrices"], o.matrices)):
+        for key, value in (("c_radius", f.c_radius), ("s_radius", f.s_radius), ("kappa", f.kappa),
+                           ("weight", f.weight), ("share", f.share), ("entropy", f.entropy), ("lambda", f.lam)):
+            check_ball(rep, f"routes.occam.matrices[{j}].{key}", rec.get(key), value)
+    for key, value in (("gamma", o.gamma), ("Omega", o.Omega), ("H", o.H), ("Lambda", o.Lambda), ("C", o.mass)):
+        check_ball(rep, f"routes.occam.{key}", occ.get(key), value)
+    rep.compare("routes.occam.k_gamma", occ.get("k_gamma"), o.k_gamma)
+    rep.compare("routes.occam.level", occ.get("level"), frac(o.level))
+    if o.bound is None:
+        return
+    check_ball(rep, "routes.occam.bound", occ.get("bound"), o.bound)
+    rep.checked += 1
+    if not upper_matches(occ.get("bound_upper"), o.bound):
+        rep.add("routes.occam.bound_upper", occ.get("bound_upper"), f">= the upper end of {ball(o.bound)}")
+    inv = occ.get("bininv") or {}
+    value = inv.get("value")
+    rep.checked += 1
+    if not isinstance(value, float) or certifies(fresh.settings.n, int(o.count), o.mass, value) is None:
+        rep.add("routes.occam.bininv.value", value, f"not certified >= BinInv(n, K^, e^-C) at C = {ball(o.mass)}")
+
+
 def _verify(cert: dict, checkpoint, recompute_empirical: bool, data=None) -> VerificationReport:
     rep = VerificationReport()
     ck = cert["checkpoint"]
@@ -223,11 +328,11 @@ def _verify(cert: dict, checkpoint, recompute_empirical: bool, data=None) -> Ver
         return rep  # a claim that changes the meaning is wrong: nothing below would be comparable
 
     with precision(WORK_PREC):
-        roundings = []
+        roundings, occam_roundings, encs = [], [], []
         for j, (mat, rec) in enumerate(zip(weights.matrices, recs)):
             where = f"matrices[{j}]"
             enc = _fresh_enclosure(mat)
-            sn = spectral_norm(enc)
+            encs.append(enc)
             ident = (rec.get("layer"), rec.get("head"), rec.get("type"))
             rep.checked += 1
             if ident != (mat.layer, mat.head, mat.kind):
@@ -236,43 +341,28 @@ def _verify(cert: dict, checkpoint, recompute_empirical: bool, data=None) -> Ver
             rep.checked += 1
             if p != plan.p(j) and not (p == 0 and enc.rank_upper == 0):
                 rep.add(f"{where}.p", rec["p"], f"{frac(plan.p(j))} (plan.p_index)")
-            check_ball(rep, f"{where}.spectral_norm", rec["spectral_norm"], sn)
-            rank = int(rec["proven_rank"])
+            roundings.append(_rounding(rep, where, rec, mat, enc, p, bases))
+        occ_recs = _occam_records(cert, plan, len(recs), rep)
+        for j, (mat, rec, enc) in enumerate(zip(weights.matrices, occ_recs, encs)):
+            p = Fraction(rec["p"])
             rep.checked += 1
-            if rank < enc.rank_upper and (p == 0):
-                rep.add(f"{where}.proven_rank", rank, f">= {enc.rank_upper} (fresh proven bound)")
-            k_c = int(rec["k_c"])
-            rep.checked += 1
-            zero = enc.rank_upper == 0
-            if not (zero or dominates(bases["beta_c"], k_c, sn)):
-                rep.add(f"{where}.k_c", k_c, f"beta_c^k_c < ||W|| upper {ball(sn)}")
-            k_s = rec.get("k_s")
-            if p > 0:
-                sp_ball = schatten_power(enc, p)
-                check_ball(rep, f"{where}.schatten_power", rec["schatten_power"], sp_ball)
-                rep.checked += 1
-                if k_s is None or not dominates(bases["beta_s"], int(k_s), sp_ball):
-                    rep.add(f"{where}.k_s", k_s, f"beta_s^k_s < S_p upper {ball(sp_ball)}")
-                    k_s = None
-            else:
-                sp_ball = arb(rank)
-            if p > 0 and k_s is None:
-                roundings.append(None)
-                continue
-            roundings.append(MatrixRounding(p, k_c, None if p == 0 else int(k_s), rank, sn, sp_ball,
-                                            zero and p == 0 and rank == 0))
+            if p != plan.occam.p(j) and not (p == 0 and enc.rank_upper == 0):
+                rep.add(f"routes.occam.matrices[{j}].p", rec["p"], f"{frac(plan.occam.p(j))} (plan.occam.p_index)")
+            occam_roundings.append(_rounding(rep, f"routes.occam.matrices[{j}]", rec, mat, enc, p, bases))
         k_w = cert["choices"].get("k_w")
         if k_w is not None:
             wn = readout_ball(weights.readout)
             rep.checked += 1
             if not dominates(bases["beta_w"], int(k_w), wn):
                 rep.add("choices.k_w", k_w, f"beta_w^k_w < ||w|| upper {ball(wn)}")
-        if rep.mismatches or any(r is None for r in roundings):
+        if rep.mismatches or any(r is None for r in roundings + occam_roundings):
             return rep  # invalid radii: a recomputation at them would not be a bound
 
-        emp = _empirical(cert, weights, settings, rep, recompute_empirical, data)
-        fresh = certify_bound(weights, settings, plan, [None] * len(roundings), emp,
-                              roundings=roundings, k_w=k_w)
+        emp, data = _empirical(cert, weights, settings, rep, recompute_empirical, data)
+        margins, count = _occam_count(cert, weights, settings, plan, data, rep)
+        fresh = certify_bound(weights, settings, plan, [None] * len(roundings), emp, margins=margins,
+                              roundings=roundings, k_w=k_w, occam_roundings=occam_roundings or None, count=count)
+    _check_occam(cert, fresh, rep)
 
     for j, (rec, f) in enumerate(zip(recs, fresh.matrices)):
         for key, value in (("contribution", f.contribution), ("c_radius", f.c_radius),
@@ -306,6 +396,8 @@ def _verify(cert: dict, checkpoint, recompute_empirical: bool, data=None) -> Ver
     rep.compare("result.proven", res.get("proven"), verdict.proven)
     rep.compare("result.vacuous", res.get("vacuous"), verdict.vacuous)
     rep.compare("result.label", res.get("label"), verdict.label)
+    rep.compare("result.route", res.get("route"), fresh.route)
+    rep.compare("routes.reported", (cert.get("routes") or {}).get("reported"), fresh.route)
     rep.verdict = verdict
     for key, value in (("bound", fresh.bound), ("complexity", fresh.complexity),
                        ("confidence", fresh.confidence), ("partial", fresh.partial)):

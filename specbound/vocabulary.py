@@ -54,6 +54,15 @@ READOUT_FIXED = "fixed"
 """The read-out w was chosen independently of the sample: B_w = ||w|| and no cover term."""
 READOUTS: tuple[str, ...] = (READOUT_TRAINED, READOUT_FIXED)
 
+ROUTE_RADEMACHER = "rademacher"
+"""The main theorem's route: ramp loss + 2 min(SS, DD) + confidence (proofs_notes/main_theorem.md)."""
+ROUTE_OCCAM = "occam"
+"""The Occam route: a union over the cover's centres, margin count K^ and the binomial tail
+(proofs_notes/occam_route.md); needs certified margin enclosures of the sample."""
+ROUTES: tuple[str, ...] = (ROUTE_RADEMACHER, ROUTE_OCCAM)
+"""The theorem's routes; when several are evaluated on one sample each runs at delta / (their number)
+and the smallest bound is the reported one (occam_route.md step 5)."""
+
 EMPIRICAL_DATA = "data"
 """The empirical term is the certified ramp loss on a data file."""
 EMPIRICAL_TASK = "task"

@@ -1,10 +1,12 @@
 """``specbound certify [CHECKPOINT]``: the certified bound of a checkpoint (default: the embedded model).
 
 Parses the options, calls :func:`specbound.api.certify` and renders its :class:`Certification`: the
-verdict's headline (the bound, an upper endpoint of an Arb ball, with every qualification), its
-parts (empirical term with its source, complexity term 2 min(SS, DD), confidence term) and a
-per-matrix table.  Without data and without ``--empirical-loss`` for a checkpoint with no recorded
-task (e.g. BERT) only the certified complexity + confidence part is printed, headed as NOT a bound.
+verdict's headline (the bound, an upper endpoint of an Arb ball, with every qualification; the smaller
+of the two routes when both are evaluated, each at delta/2), both routes' parts (Occam: margin gamma,
+certified count K^, entropy H, Lambda, mass C; Rademacher: empirical term with its source, complexity
+term 2 min(SS, DD), confidence term) and a per-matrix table with each matrix's share of the Occam
+entropy H.  Without data and without ``--empirical-loss`` for a checkpoint with no recorded task (e.g.
+BERT) only the certified complexity + confidence part is printed, headed as NOT a bound.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--forward", choices=FORWARD_METHODS, default=FORWARD_METHODS[0],
                         help="certified forward pass of the empirical term: fast (binary64 programs with "
                              "proven error bounds; default), interval (the per-sample bound on every "
-                             "sample) or arb (Arb ball arithmetic, slow)")
+                             "sample) or arb (Arb ball arithmetic, slow); the Occam route's count K^ always "
+                             "comes from the margin enclosures of the fast or per-sample pass")
     parser.add_argument("--cross-check", action="store_true",
                         help="also check the fast float path against the certified values")
     from specbound.engine import add_engine_arguments
@@ -159,20 +162,58 @@ def print_result(result: Certification) -> None:
         out.print(f"note: {note}")
     if b.bound is None:
         out.print("no empirical term (no data, no task, no --empirical-loss): this is NOT a bound")
-    out.print(f"[bold]{escape(result.verdict.headline)}[/bold]")
-    if b.bound is not None:
+    two = len(b.routes) > 1
+    out.print(f"[bold]{escape(result.verdict.headline)}[/bold]"
+              + (f"  (route: {b.route}; each route at delta/{len(b.routes)}, the smaller is reported)"
+                 if two and b.route else ""))
+    if b.occam is not None:
+        _print_occam(out, b)
+    if two:
+        rad = "no bound (no empirical term)" if b.rademacher is None else _up(b.rademacher)
+        out.print(f"  Rademacher route (delta/{len(b.routes)} = {b.settings.route_level()}): {rad}")
+    if b.empirical is not None:
         out.print(f"  empirical ramp loss  {_up(b.empirical)}   ({_source_line(result)})")
     out.print(f"  complexity 2min(SS,DD) {_up(b.complexity)}   (SS = {_up(b.SS)}, DD = {_up(b.DD)})")
     out.print(f"  confidence             {_up(b.confidence)}   (Lambda = {_up(b.Lambda)})")
     table = Table(title="per-matrix (certified upper endpoints)")
-    for col in ("kind", "layer", "head", "spectral norm", "p", "proven rank", "contribution"):
+    columns = ["kind", "layer", "head", "spectral norm", "p", "proven rank", "contribution"]
+    if b.occam is not None:
+        columns += ["p (Occam)", "H_j (Occam)", "share of H"]
+    for col in columns:
         table.add_column(col, justify="left" if col == "kind" else "right")
-    for r in b.matrices:
-        table.add_row(r.kind, str(r.layer), "-" if r.head < 0 else str(r.head), _up(r.spectral_norm),
-                      str(r.p), str(r.proven_rank), _up(r.contribution))
+    occ = b.occam.matrices if b.occam is not None else [None] * len(b.matrices)
+    for r, o in zip(b.matrices, occ):
+        row = [r.kind, str(r.layer), "-" if r.head < 0 else str(r.head), _up(r.spectral_norm), str(r.p),
+               str(r.proven_rank), _up(r.contribution)]
+        if o is not None:
+            row += [str(o.p), _up(o.entropy), _share(o.entropy, b.occam.H)]
+        table.add_row(*row)
+    if b.occam is not None and b.occam.entropy_w is not None:
+        table.add_row("read-out", "-", "-", _up(b.readout_norm), "-", "-", "-", "-", _up(b.occam.entropy_w),
+                      _share(b.occam.entropy_w, b.occam.H))
     out.print(table)
     sec = result.seconds
     out.print("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in sec.items()))
+
+
+def _share(part, whole) -> str:
+    """A part's share of a total, as a percentage (float, informational)."""
+    total = float(whole.mid())
+    return f"{100 * float(part.mid()) / total:.1f}%" if total > 0 else "-"
+
+
+def _print_occam(out, b) -> None:
+    """The Occam route's line and its parts (proofs_notes/occam_route.md)."""
+    o = b.occam
+    level = f" (delta/{len(b.routes)} = {o.level})" if len(b.routes) > 1 else ""
+    if o.bound is None:
+        out.print(f"  Occam route{level}: no bound (no certified margin count)")
+    else:
+        out.print(f"  Occam route{level}: {_up(o.bound)}   (BinInv(n, K^, e^-C), certified by its {o.inversion.method} form)")
+    count = "-" if o.count is None else f"{o.count} of n = {b.settings.n}"
+    out.print(f"    margin gamma~ = {_up(o.gamma)} (beta_gamma^{o.k_gamma}), K^ = {count} "
+              f"(certified upper count of y f <= gamma{'; ' + o.count_method if o.count_method else ''})")
+    out.print(f"    H = {_up(o.H)} nats, Lambda = {_up(o.Lambda)}, C = H + Lambda + log(1/level) = {_up(o.mass)}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -195,8 +195,17 @@ def _print_run(out: dict) -> None:
           f"), n = {emp['n']}; certified ramp loss in [{emp['certified_lower']:.6g}, {emp['certified_upper']:.6g}] "
           f"({emp['per_sample_ms']:.1f} ms/sample, {emp['undecided']} undecided signs)")
     p = b["parts"]
+    routes = b.get("routes") or {}
+    two = "occam" in routes
     print(f"certified bound (delta = {b['delta']:.3g}, n = {b['n']}): {b['value']:.6g}"
-          + ("  vacuous (>= 1)" if b.get("vacuous") else ""))
+          + ("  vacuous (>= 1)" if b.get("vacuous") else "")
+          + (f"  (route {b.get('route')}; each route at delta/2, the smaller reported)" if two else ""))
+    if two and routes.get("occam") is not None:
+        o = routes["occam_parts"]
+        print(f"  Occam route {routes['occam']:.6g}: gamma {o['gamma']:.6g}, K^ {o['count']}, H {o['H']:.6g}, "
+              f"Lambda {o['Lambda']:.6g}, C {o['C']:.6g}")
+    if two and routes.get("rademacher") is not None:
+        print(f"  Rademacher route {routes['rademacher']:.6g}:")
     print(f"  = empirical {p['empirical']:.6g} + 2 min(SS, DD) {p['complexity']:.6g} + confidence "
           f"{p['confidence']:.6g}   [SS {p['SS']:.6g} (closed {p['ss_closed']:.6g}, exact {p['ss_exact']:.6g}), "
           f"DD {p['DD']:.6g}, Lambda {p['Lambda']:.6g}, rho {p['rho']:.6g}, B_w {p['B_w']:.6g}]")

@@ -261,7 +261,9 @@ def bound_summary(cb) -> dict:
 
     Every number is an *upper* endpoint of its certified ball rounded up to float64 (``rho`` is an
     exact grid point), except ``value_lower`` (lower endpoint of the bound's ball).  ``dominant``
-    names the largest of the three additive parts (empirical, 2 min(SS, DD), confidence).
+    names the largest of the three additive parts (empirical, 2 min(SS, DD), confidence) of the
+    Rademacher route; ``value`` is the reported bound, the smaller of the routes (``route`` names it,
+    ``routes`` gives each route's bound and the Occam route's parts).
     """
     balls = cb.balls()
     parts = {name: float_upper(balls[name]) for name in PARTS if name in balls}
@@ -284,4 +286,17 @@ def bound_summary(cb) -> dict:
         "dominant": max(additive, key=additive.get) if additive else None,
         "parts": parts,
         "matrices": matrices,
+        "route": cb.route,
+        "routes": routes_summary(cb),
     }
+
+
+def routes_summary(cb) -> dict:
+    """Each route's bound (upper endpoints) and the Occam route's parts (margin, K^, H, C)."""
+    out = {"rademacher": None if cb.rademacher is None else float_upper(cb.rademacher)}
+    o = cb.occam
+    if o is not None:
+        out["occam"] = None if o.bound is None else float_upper(o.bound)
+        out["occam_parts"] = {"gamma": float_upper(o.gamma), "k_gamma": o.k_gamma, "count": o.count,
+                              "H": float_upper(o.H), "Lambda": float_upper(o.Lambda), "C": float_upper(o.mass)}
+    return out

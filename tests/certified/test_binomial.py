@@ -328,3 +328,22 @@ def test_occam_monte_carlo_can_fail_without_the_union_price():
     C = math.log(1 / DELTA)
     rate = _occam_failure_rate(lambda k: bininv_upper(N_MC, k, C), ERRORS, N_MC, DRAWS, seed=1)
     assert rate > DELTA + 3 * math.sqrt(DELTA * (1 - DELTA) / DRAWS), rate
+
+
+# ------------------------------------------------------------------------------- the verifier's check
+
+
+@pytest.mark.parametrize("n,k,C", CASES)
+def test_certifies_accepts_the_returned_bound_and_refuses_a_point_below_the_true_value(n, k, C):
+    """``certifies`` proves a given point is >= BinInv: it accepts what ``bininv_upper`` returned, and no
+    certificate can hold for a point below the 60-digit root (it would prove a false statement)."""
+    from specbound.certified.binomial import certifies
+
+    ours = bininv_upper(n, k, C)
+    assert certifies(n, k, C, ours) is not None
+    ref = ref_bininv(n, k, C)
+    below = float(ref * (1 - mpmath.mpf(10) ** -6))
+    if below > 0:
+        assert certifies(n, k, C, below) is None, (n, k, C)
+    assert certifies(n, k, C, 1.0) == "closed"
+    assert certifies(n, k, C, float("nan")) is None and certifies(n, k, C, -0.5) is None

@@ -126,14 +126,16 @@ def reference_bound(weights, settings, plan, emp):
                 if inf["rank"] == 0:
                     ents.append(0); pieces.append(0)  # noqa: E702
                     continue
-                ents.append(f(T.ss_matrix_entropy_rank, S.c, S.d, S.kappa, S.r_max, S.s, S.u)(inf["c"], d, kap, rmax, inf["s"], u))
+                ents.append(f(T.ss_matrix_entropy_rank, S.c, S.d, S.kappa, S.r_max, S.s, S.u, S.m_rows, S.n_cols)(
+                    inf["c"], d, kap, rmax, inf["s"], u, *mat.shape))
                 pieces.append(f(T.dd_matrix_piece_rank, S.alpha_D, S.c, S.d, S.kappa, S.r_max, S.s, S.vartheta)(
                     aD, inf["c"], d, kap, rmax, inf["s"], th))
             else:
                 pp = mpq(inf["p"])
                 terms.append(f(T.ss_matrix_term, S.c, S.d, S.kappa, S.n, S.p, S.s)(inf["c"], d, kap, n, pp, inf["s"]))
                 lams.append(f(T.lambda_matrix, S.k_c, S.k_s, S.m_grid)(inf["k_c"], inf["k_s"], m))
-                ents.append(f(T.ss_matrix_entropy, S.c, S.d, S.kappa, S.p, S.r_max, S.s, S.u)(inf["c"], d, kap, pp, rmax, inf["s"], u))
+                ents.append(f(T.ss_matrix_entropy, S.c, S.d, S.kappa, S.p, S.r_max, S.s, S.u, S.m_rows, S.n_cols)(
+                    inf["c"], d, kap, pp, rmax, inf["s"], u, *mat.shape))
                 piece = T.dd_matrix_piece_p2 if inf["p"] == 2 else T.dd_matrix_piece
                 pieces.append(f(piece, S.alpha_D, S.c, S.d, S.kappa, S.p, S.s, S.vartheta)(aD, inf["c"], d, kap, pp, inf["s"], th))
             us.append(u)

@@ -5,8 +5,9 @@ main_theorem.md, sensitivity_gamma.md, layer_lipschitz.md, gelu_constants.md, sc
 rank_cover.md, balance_single_scale.md, dudley.md) and evaluated in mpmath at 50 digits.  Nothing
 is imported from ``derivation``: the SymPy expressions are not consulted, so this test pins what
 the golden files can only record -- Lambda's composition (log(2m+1), log(r_max+1), lambda(k_w),
-lambda(k_rho), lambda(k_c), lambda(k_s)), the confidence term 3 sqrt((log(2/delta)+Lambda)/(2n)),
-the factor 2 on min(SS, DD), the sensitivities and the per-matrix terms.
+lambda(k_rho), lambda(k_c), lambda(k_s)), the confidence term sqrt((log(1/delta)+Lambda)/(2n)) (one
+McDiarmid step, sharpenings.md S3), the factor 2 on min(SS, DD), the sensitivities, the per-matrix terms,
+the volumetric cover 4 log(1 + 2c/eps) of each 2 x 2 matrix (S1) and the bases of S2.
 
 The matrices are diagonal with few-bit entries, so their singular values are known exactly; one
 matrix of each kind of term is used: p = 0 (rank prior), p = 1/2, p = 1 and p = 2 (the Dudley
@@ -78,7 +79,8 @@ def lam(k: int):
 
 def hand() -> dict:
     n, rho = mpmath.mpf(N_SAMPLES), mpf(2) ** K_RHO
-    beta_c, beta_s, beta_w = mpf(Fraction(5, 4)), mpmath.mpf(2), mpmath.mpf(2)  # beta_c = 1 + 1/(4L)
+    # sharpenings.md S2: beta_c = 1 + 1/(16L), beta_w = 17/16
+    beta_c, beta_s, beta_w = mpf(Fraction(17, 16)), mpmath.mpf(2), mpf(Fraction(17, 16))
     L_phi = (1 + mpmath.erf(1)) / 2 + 1 / (mpmath.e * mpmath.sqrt(mpmath.pi))  # Phi(sqrt 2) + 1/(e sqrt pi)
     C_sm, B_phi = 1, 1
 
@@ -114,7 +116,7 @@ def hand() -> dict:
             # rank_cover: H(eps) = min(r_max, s) d log(1 + 4c/eps); balanced at one scale
             r = min(r_max, s)
             T_sum += mpmath.sqrt(r * d * mpmath.log(1 + 4 * cc * kap * n) / (2 * n)) + 1 / n
-            H_total += r * d * mpmath.log(1 + 4 * cc * kap / u)
+            H_total += min(r * d * mpmath.log(1 + 4 * cc * kap / u), 4 * mpmath.log(1 + 2 * cc * kap / u))
             D_sum += mpmath.sqrt(r * d * mpmath.log(1 + 4 * cc * kap / (th * aD))) * (mpf(Fraction(1, 4)) - aD)
             Lam += mpmath.log(2 * M_GRID + 1) + lam(row["k_c"]) + mpmath.log(r_max + 1)
         else:
@@ -124,7 +126,7 @@ def hand() -> dict:
             T_sum += C_p * (a / (2 * n)) ** (1 / (p + 2)) + 1 / n
             eps = u / kap
             r = min(r_max, max(0, int(mpmath.ceil(s * (2 / eps) ** p)) - 1))
-            H_total += r * d * mpmath.log(1 + 8 * cc / eps)
+            H_total += min(r * d * mpmath.log(1 + 8 * cc / eps), 4 * mpmath.log(1 + 2 * cc / eps))
             aD_j = s * (2 * kap / th) ** p * d * mpmath.log(1 + 8 * cc * kap / (th * aD))
             if p == 2:
                 I_p = mpmath.log(1 / (4 * aD))
@@ -141,7 +143,7 @@ def hand() -> dict:
     DD = 4 * aD + 12 / mpmath.sqrt(n) * (
         D_sum + mpmath.sqrt(Nw * mpmath.log(1 + 2 * B_w / (th_w * rho * aD))) * (mpf(Fraction(1, 4)) - aD))
     Lam += lam(k_w) + lam(K_RHO)
-    conf = 3 * mpmath.sqrt((mpmath.log(2 / mpf(Fraction(1, 20))) + Lam) / (2 * n))
+    conf = mpmath.sqrt((mpmath.log(1 / mpf(Fraction(1, 20))) + Lam) / (2 * n))
     bound = mpf(EMP) + 2 * min(SS, DD) + conf
     return dict(layer_lipschitz_0=layer, ss_closed=ss_closed, ss_exact=ss_exact, SS=SS, DD=DD,
                 Lambda=Lam, confidence=conf, complexity=2 * min(SS, DD), bound=bound,
@@ -167,10 +169,10 @@ def test_the_grid_points_are_the_hand_ones():
     cb = _certified()
     with mpmath.workdps(50):
         ref = hand()
-    assert [r.k_c for r in cb.matrices] == ref["k_c"] == [2, 0, 4, -3]
+    assert [r.k_c for r in cb.matrices] == ref["k_c"] == [7, 0, 12, -11]
     assert [r.k_s for r in cb.matrices] == ref["k_s"] == [None, 1, 2, -1]
     assert [r.proven_rank for r in cb.matrices][0] == 2
-    assert cb.k_w == ref["k_w"] == 0 and cb.m == M_GRID
+    assert cb.k_w == ref["k_w"] == -4 and cb.m == M_GRID
     for rec, g in zip(cb.matrices, ref["gamma"]):
         assert contains(rec.gamma, g)
 

@@ -4,7 +4,7 @@ import mpmath
 import sympy as sp
 
 from specbound.derivation import REGISTRY, assemble
-from specbound.derivation.symbols import c, d, kappa, n, p, r_max, s, u
+from specbound.derivation.symbols import c, d, kappa, m_rows, n, n_cols, p, r_max, s, u
 from specbound.derivation.theorem import C_P, G_BALANCE, U_STAR, _b
 
 
@@ -41,7 +41,7 @@ def test_paper_step_value_and_exact_minimiser():
 def test_closed_form_is_above_a_numerical_single_scale_optimum():
     """One matrix (p = 1) plus nothing else: the closed form >= the exact objective's minimum."""
     th = assemble()
-    vals = {s: 3, c: 2, d: 16, r_max: 8, kappa: 5, n: 1000, p: 1}
+    vals = {s: 3, c: 2, d: 16, r_max: 8, kappa: 5, n: 1000, p: 1, m_rows: 8, n_cols: 8}
     H = sp.lambdify(u, th.ss_matrix_entropy.subs(vals), "mpmath")
     obj = lambda x: x + mpmath.sqrt(H(x) / (2 * 1000))  # centred Massart, same coefficient
     best = min(obj(mpmath.mpf(10) ** (-k / 40)) for k in range(0, 200))

@@ -134,8 +134,8 @@ def test_lemma_records_the_budget_identity_and_the_two_transfers():
 
 
 #: symbols a scale or an entropy may depend on: grid values, the margin, the rule (never S or n)
-GRID = {S.s, S.c, S.p, S.r_max, S.d, S.kappa, S.vartheta, S.vartheta_w, S.gamma_m, S.B_w, S.N, S.omega,
-        S.Omega, S.Omega_sum, S.H_sum, S.alpha, S.gamma}
+GRID = {S.s, S.c, S.p, S.r_max, S.d, S.m_rows, S.n_cols, S.kappa, S.vartheta, S.vartheta_w, S.gamma_m, S.B_w,
+        S.N, S.omega, S.Omega, S.Omega_sum, S.H_sum, S.alpha, S.gamma}
 
 
 def test_scales_and_entropy_depend_on_the_grid_point_and_the_margin_only():
@@ -146,17 +146,21 @@ def test_scales_and_entropy_depend_on_the_grid_point_and_the_margin_only():
         free = getattr(T, name).free_symbols
         assert free <= GRID, (name, free - GRID)
     for name in ("weight", "weight_rank", "weight_readout"):  # the rule: integers of the grid point
-        assert getattr(T, name).free_symbols <= {S.s, S.r_max, S.d, S.N}
+        assert getattr(T, name).free_symbols <= {S.s, S.r_max, S.d, S.m_rows, S.n_cols, S.N}
 
 
 def test_rule_gives_exact_shares_summing_to_one_and_zero_only_at_rank_zero():
     T = assemble_occam()
-    # (p, s, r_max, d) of six matrices: ranks at p = 0 (one of them proven 0), Schatten at p > 0
-    mats = [(0, 1, 1, 4), (0, 0, 1, 4), (Fraction(1, 2), 3, 2, 4), (0, 2, 2, 4), (1, 5, 2, 6), (0, 2, 2, 6)]
+    # (p, s, r_max, m, n_c) of six matrices: ranks at p = 0 (one of them proven 0), Schatten at p > 0
+    mats = [(0, 1, 1, 2, 2), (0, 0, 1, 2, 2), (Fraction(1, 2), 3, 2, 2, 2), (0, 2, 2, 2, 2), (1, 5, 2, 2, 4),
+            (0, 1, 2, 3, 3)]
     weights = []
-    for p, s, r_max, d in mats:
+    for p, s, r_max, m, n_c in mats:
         expr = T.weight_rank if p == 0 else T.weight
-        weights.append(Fraction(str(expr.subs({S.s: s, S.r_max: r_max, S.d: d}))))
+        weights.append(Fraction(str(expr.subs({S.s: s, S.r_max: r_max, S.d: m + n_c, S.m_rows: m,
+                                               S.n_cols: n_c}))))
+    # min(r d, m n_c): the volumetric weight at a full cap, the rank weight below it (sharpenings S1)
+    assert weights == [4, 0, 4, 4, 8, 6]
     width = 2
     omega_total = Fraction(str(T.Omega_total.subs({S.Omega_sum: sum(weights), S.N: width})))
     shares = [w / omega_total for w in weights] + [Fraction(width) / omega_total]

@@ -47,6 +47,7 @@ C_RAD = {"A": fmpq(1, 2), "V": fmpq(1), "M_in": fmpq(2), "M_out": fmpq(1)}
 SPEC = {"A": (0, 1, 1, 4, -3, None), "V": (0, 1, 1, 4, 0, None), "M_in": (fmpq(1, 2), fmpq(3, 2), 2, 4, 3, 2),
         "M_out": (0, 2, 2, 4, 0, None)}
 B_W, GAMMA, DELTA, WIDTH, K_W, K_GAMMA, M_GRID = fmpq(1), fmpq(1, 2), fmpq(1, 20), 2, 0, -1, 2
+ROWS = COLS = 2  # every matrix 2 x 2: volumetric dimension 4 (proofs_notes/sharpenings.md S1)
 
 
 def _hand_mass():
@@ -58,19 +59,21 @@ def _hand_mass():
             "M_in": Lphi * c["M_out"], "M_out": c["M_in"]}  # C_sm = B_phi = 1, alpha = 1 (last layer)
     weights = {}
     for key, (p, s, r_max, d, _kc, _ks) in SPEC.items():
-        weights[key] = (min(s, r_max) if p == 0 else r_max) * d  # the rule: r_j d_j, rank cap at p > 0
+        # the rule: r_j d_j (rank cap at p > 0), at most the volumetric dimension m n
+        weights[key] = min((min(s, r_max) if p == 0 else r_max) * d, ROWS * COLS)
     omega = sum(weights.values()) + WIDTH
     g, B = mp.mpf(1) / 2, mp.mpf(1)
     H = mp.mpf(0)
     for key, (p, s, r_max, d, _kc, _ks) in SPEC.items():
         share = mp.mpf(weights[key]) / omega
         eps = share * g / (2 * B * sens[key])  # eps_j = vartheta_j gamma / (2 B_w alpha gamma_j)
+        volumetric = ROWS * COLS * mp.log(1 + 2 * c[key] / eps)
         if p == 0:
-            H += min(s, r_max) * d * mp.log(1 + 4 * c[key] / eps)
+            H += min(min(s, r_max) * d * mp.log(1 + 4 * c[key] / eps), volumetric)
         else:
             pp, ss = mp.mpf(1) / 2, mp.mpf(3) / 2
             rank = min(max(0, int(mp.ceil(ss * (2 / eps) ** pp)) - 1), r_max)
-            H += rank * d * mp.log(1 + 8 * c[key] / eps)
+            H += min(rank * d * mp.log(1 + 8 * c[key] / eps), volumetric)
     eps_w = mp.mpf(WIDTH) / omega * g / 2
     H += WIDTH * mp.log(1 + 2 * B / eps_w)
     Lam = _lam(K_W) + _lam(K_GAMMA)
@@ -93,13 +96,15 @@ def _arb_mass():
     radius = {"c_A": C_RAD["A"], "c_V": C_RAD["V"], "c_in": C_RAD["M_in"], "c_out": C_RAD["M_out"]}
     weights = {}
     for key, (p, s, r_max, d, _kc, _ks) in SPEC.items():
-        weights[key] = _call(f["weight_rank"] if p == 0 else f["weight"], {"s": s, "r_max": r_max, "d": d})
+        weights[key] = _call(f["weight_rank"] if p == 0 else f["weight"],
+                             {"s": s, "r_max": r_max, "d": d, "m": ROWS, "n_c": COLS})
     Omega = _call(f["Omega_total"], {"Omega_sum": sum(weights.values(), arb(0)), "N": WIDTH})
     H_sum, Lam_sum = arb(0), arb(0)
     for key, (p, s, r_max, d, kc, ks) in SPEC.items():
         kap = _call(f["kappa"], {"B_w": B_W, "alpha": 1, "gamma": _call(gam[key], radius), "gamma_m": GAMMA})
         share = _call(f["share"], {"omega": weights[key], "Omega": Omega})
-        vals = {"s": s, "c": C_RAD[key], "p": p, "r_max": r_max, "d": d, "kappa": kap, "vartheta": share}
+        vals = {"s": s, "c": C_RAD[key], "p": p, "r_max": r_max, "d": d, "kappa": kap, "vartheta": share,
+                "m": ROWS, "n_c": COLS}
         H_sum += _call(f["entropy_matrix_rank"] if p == 0 else f["entropy_matrix"], vals)
         Lam_sum += _call(f["lambda_matrix_rank"] if p == 0 else f["lambda_matrix"],
                          {"k_c": kc, "k_s": ks, "m_grid": M_GRID, "r_max": r_max})
@@ -118,7 +123,7 @@ def test_entropy_and_mass_of_a_tiny_network_match_a_hand_computation():
             assert ball.rad() < 1e-12
             lo, hi = (mpmath.mpf(x.mid().str(60, radius=False)) for x in (ball.lower(), ball.upper()))
             assert lo - mpmath.mpf(10) ** -40 <= ref <= hi + mpmath.mpf(10) ** -40, (ball, ref)
-    assert 100 < H_ref < 200  # the Schatten matrix is charged at rank 2 here (a ceiling above 1)
+    assert 50 < H_ref < 100  # every 2 x 2 matrix at its full cap takes the volumetric cover (dimension 4)
 
 
 # ------------------------------------------------------------------------------- 2. the cover itself, N = 1
@@ -129,12 +134,13 @@ SB, SG = 1.0, 0.5  # B_w and the margin gamma
 
 
 def _scalar_scales():
-    """eps_j and eps_w by the rule, typed from occam_route.md (weights r_j d_j = 2, read-out N = 1)."""
+    """eps_j and eps_w by the rule, typed from occam_route.md: weights min(r_j d_j, m_j n_j) = min(2, 1) = 1
+    (a scalar is at its full rank cap: the volumetric cover, sharpenings S1), read-out N = 1."""
     lphi = float(_lphi())
     sens = {"A": lphi * SC["V"] * SC["M_in"] * SC["M_out"], "V": lphi * SC["M_in"] * SC["M_out"],
             "M_in": lphi * SC["M_out"], "M_out": SC["M_in"]}
-    omega = 4 * 2 + 1
-    eps = {k: (2 / omega) * SG / (2 * SB * sens[k]) for k in SC}
+    omega = 4 * 1 + 1
+    eps = {k: (1 / omega) * SG / (2 * SB * sens[k]) for k in SC}
     return eps, (1 / omega) * SG / 2
 
 
@@ -171,9 +177,9 @@ def test_scalar_scales_are_the_derivation_scales():
     eps, eps_w = _scalar_scales()
     radius = {"c_A": SC["A"], "c_V": SC["V"], "c_in": SC["M_in"], "c_out": SC["M_out"]}
     for k in SC:
-        vals = {"vartheta": mpmath.mpf(2) / 9, "gamma_m": SG, "B_w": SB, "alpha": 1, "gamma": _call(gam[k], radius)}
+        vals = {"vartheta": mpmath.mpf(1) / 5, "gamma_m": SG, "B_w": SB, "alpha": 1, "gamma": _call(gam[k], radius)}
         assert abs(float(_call(eps_fn, vals)) / eps[k] - 1) < 1e-12
-    assert abs(float(T.eps_readout.subs({S.vartheta_w: mpmath.mpf(1) / 9, S.gamma_m: SG})) / eps_w - 1) < 1e-12
+    assert abs(float(T.eps_readout.subs({S.vartheta_w: mpmath.mpf(1) / 5, S.gamma_m: SG})) / eps_w - 1) < 1e-12
 
 
 def test_explicit_cover_of_a_scalar_network_is_within_half_the_margin_and_no_larger_than_exp_H():
@@ -183,9 +189,10 @@ def test_explicit_cover_of_a_scalar_network_is_within_half_the_margin_and_no_lar
     log_count = sum(math.log(len(c)) for c in centres.values()) + math.log(len(centres_w))
     T = assemble_occam()
     H_rank = compile_expr(T.entropy_matrix_rank.xreplace({S.kappa: S.vartheta / (2 * S.eps)}), "mpmath")
-    H = sum(float(_call(H_rank, {"s": 1, "r_max": 1, "d": 2, "c": SC[k], "epsilon": eps[k], "vartheta": 1}))
+    H = sum(float(_call(H_rank, {"s": 1, "r_max": 1, "d": 2, "m": 1, "n_c": 1, "c": SC[k], "epsilon": eps[k],
+                                 "vartheta": 1}))
             for k in SC) + float(T.entropy_readout.subs({S.N: 1, S.B_w: SB, S.gamma_m: SG,
-                                                         S.vartheta_w: sp.Rational(1, 9)}))
+                                                         S.vartheta_w: sp.Rational(1, 5)}))
     assert log_count <= H
 
     rng = np.random.default_rng(23)

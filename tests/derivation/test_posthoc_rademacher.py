@@ -92,7 +92,7 @@ def test_dudley_closed_form_dominates_the_exact_integral():
     th = assemble()
     sy = {str(x): x for e in (th.dd_matrix_entropy, th.dd_readout_entropy, th.dd_matrix_piece,
                               th.dd_readout_piece) for x in e.free_symbols}
-    vals = {"s": 2, "c": 3, "d": 12, "r_max": 6, "kappa": 4, "p": 1, "vartheta": sp.Rational(1, 2),
+    vals = {"s": 2, "c": 3, "d": 12, "m": 6, "n_c": 6, "r_max": 6, "kappa": 4, "p": 1, "vartheta": sp.Rational(1, 2),
             "vartheta_w": sp.Rational(1, 2), "N": 6, "B_w": 1, "rho": sp.Rational(1, 2),
             "alpha_D": sp.Rational(1, 100)}
     sub = {sy[k]: v for k, v in vals.items() if k in sy}

@@ -124,7 +124,7 @@ def reference(weights: AnalysisWeights, settings: BoundSettings, plan: BoundPlan
                 rank = 0 if zero else r
                 terms.append(_mp("ss_matrix_term_rank", T, c=c[j], d=d, kappa=kap, n=n, r_max=r, s=rank))
                 ents.append(0 if rank == 0 else _mp("ss_matrix_entropy_rank", T, c=c[j], d=d, kappa=kap, r_max=r,
-                                                     s=rank, u=u))
+                                                     s=rank, u=u, m=mat.shape[0], n_c=mat.shape[1]))
                 pieces.append(0 if rank == 0 else _mp("dd_matrix_piece_rank", T, alpha_D=a, c=c[j], d=d,
                                                        kappa=kap, r_max=r, s=rank, vartheta=th))
                 lams.append(_mp("lambda_matrix_rank", T, k_c=kc[j], m_grid=m, r_max=r))
@@ -134,7 +134,8 @@ def reference(weights: AnalysisWeights, settings: BoundSettings, plan: BoundPlan
                 ks = _k_up(S, bs)
                 s = powq(bs, ks)
                 terms.append(_mp("ss_matrix_term", T, c=c[j], d=d, kappa=kap, n=n, p=pm, s=s))
-                ents.append(_mp("ss_matrix_entropy", T, c=c[j], d=d, kappa=kap, p=pm, r_max=r, s=s, u=u))
+                ents.append(_mp("ss_matrix_entropy", T, c=c[j], d=d, kappa=kap, p=pm, r_max=r, s=s, u=u,
+                                m=mat.shape[0], n_c=mat.shape[1]))
                 name = "dd_matrix_piece_p2" if p == 2 else "dd_matrix_piece"
                 extra = {} if p == 2 else {"p": pm}
                 pieces.append(0 if a == mpmath.mpf(T.dd_upper) else _mp(

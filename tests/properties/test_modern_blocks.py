@@ -308,4 +308,4 @@ def test_ls_counts_and_shapes_from_the_derivation():
 
     assert c["J"].subs({S.L: 18, S.H: 4, S.n_kv: 1}) == 18 * 12  # Gemma 3 270M-like
     assert c["rmax_Q"] == S.d_h and c["d_Vt"] == 2 * S.N
-    assert c["beta_c"].subs(S.L, 1) == sp.Rational(7, 6)
+    assert c["beta_c"].subs(S.L, 1) == sp.Rational(25, 24)  # 1 + 1/(24L), sharpenings.md S2

@@ -188,8 +188,12 @@ def ss_objective_fn(case, K):
     """log-u -> the exact single-scale objective, built from the derivation's fields (float64)."""
     mats, readout, n = case
     th = K.theorem()
-    ent = sp.lambdify([sym.u, sym.s, sym.c, sym.p, sym.r_max, sym.d, sym.kappa], th.ss_matrix_entropy, "mpmath")
-    ent0 = sp.lambdify([sym.u, sym.s, sym.c, sym.r_max, sym.d, sym.kappa], th.ss_matrix_entropy_rank, "mpmath")
+    # every matrix m x n_c with m + n_c = d (the volumetric cover of sharpenings.md S1 needs the shape)
+    shape = {sym.m_rows: sp.floor(sym.d / 2), sym.n_cols: sym.d - sp.floor(sym.d / 2)}
+    ent = sp.lambdify([sym.u, sym.s, sym.c, sym.p, sym.r_max, sym.d, sym.kappa],
+                      th.ss_matrix_entropy.subs(shape), "mpmath")
+    ent0 = sp.lambdify([sym.u, sym.s, sym.c, sym.r_max, sym.d, sym.kappa], th.ss_matrix_entropy_rank.subs(shape),
+                       "mpmath")
     ent_w = sp.lambdify([sym.u_w, sym.N, sym.B_w, sym.rho], th.ss_readout_entropy, "mpmath")
     obj = sp.lambdify([sym.U_total, sym.H_total, sym.n], th.ss_objective, "mpmath")
 

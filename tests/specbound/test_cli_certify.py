@@ -138,6 +138,13 @@ def test_cross_check_agrees_with_the_certified_values(capsys):
     assert "0 disagreements" in out
 
 
+def test_cross_check_with_both_routes_checks_the_rademacher_route(capsys):
+    # a certified sample: both routes, each at delta/2; the float path evaluates the Rademacher route
+    code, out, _ = run(capsys, "certify", "--samples", "300", "--cross-check")
+    assert code == 0 and "0 disagreements" in out
+    assert "each route at delta/2, the smaller is reported" in out and "Occam route (delta/2 = 1/40)" in out
+
+
 def test_forward_option_arb_and_fast_agree(capsys):
     # --forward selects the certified forward pass of the empirical term; both are certified, the
     # fast one wider by at most its a-priori epsilon per sample (proofs_notes/fast_forward.md)

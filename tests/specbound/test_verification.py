@@ -54,7 +54,7 @@ def test_certificate_has_the_documented_fields(user_cert):
     assert user_cert["empirical_source"]["kind"] == "user"
     assert user_cert["empirical_source"]["certified"] is False
     assert set(user_cert["versions"]) >= {"python", "numpy", "torch", "python-flint", "sympy", "specbound"}
-    assert Fraction(user_cert["settings"]["bases"]["beta_c"]) == Fraction(9, 8)  # 1 + 1/(4L), L = 2
+    assert Fraction(user_cert["settings"]["bases"]["beta_c"]) == Fraction(33, 32)  # 1 + 1/(16L), L = 2
     json.dumps(user_cert)  # JSON-able
 
 
@@ -98,14 +98,14 @@ TAMPERS = {
 
 
 def test_beta_c_is_compared_with_the_theorem_default(user_cert):
-    """The recorded base is checked against 1 + 1/(4L) recomputed from the checkpoint (it used to be
+    """The recorded base is checked against 1 + 1/(16L) recomputed from the checkpoint (it used to be
     compared with itself): any other base is outside the proven settings and INVALID."""
     cert = copy.deepcopy(user_cert)
     assert verify(cert).valid
     cert["settings"]["bases"]["beta_c"] = "2"
     rep = verify(cert)
     assert not rep.valid
-    assert ("settings.bases.beta_c", "2", "9/8") in rep.mismatches
+    assert ("settings.bases.beta_c", "2", "33/32") in rep.mismatches
     cert["settings"]["bases"]["beta_c"] = "1"
     with pytest.raises(SpecboundError, match="beta_c"):
         verify(cert)
@@ -118,6 +118,57 @@ def test_tampered_certificate_is_rejected(user_cert, name):
     rep = verify(cert)
     assert not rep.valid, name
     assert rep.lines()[0] == "INVALID" and len(rep.lines()) >= 2
+
+
+def _lower(text: str) -> str:
+    return str(Fraction(text) * Fraction(99, 100))
+
+
+#: the Occam route's parts (task_cert: both routes, each at delta/2)
+OCCAM_TAMPERS = {
+    "count lowered": lambda c: c["routes"]["occam"].__setitem__("count", max(0, c["routes"]["occam"]["count"] - 1))
+    if c["routes"]["occam"]["count"] else c["routes"]["occam"].__setitem__("count", 1),
+    "occam bound_upper lowered": lambda c: c["routes"]["occam"].__setitem__(
+        "bound_upper", _lower(c["routes"]["occam"]["bound_upper"])),
+    "bininv value lowered": lambda c: c["routes"]["occam"]["bininv"].__setitem__(
+        "value", c["routes"]["occam"]["bininv"]["value"] * 0.99),
+    "share changed": lambda c: c["routes"]["occam"]["matrices"][0].__setitem__("share", "[0.5 +/- 1e-9]"),
+    "entropy changed": lambda c: c["routes"]["occam"]["matrices"][1].__setitem__("entropy", "[1.0 +/- 1e-9]"),
+    "H changed": lambda c: c["routes"]["occam"].__setitem__("H", "[1.0 +/- 1e-9]"),
+    "k_gamma changed": lambda c: c["plan"]["occam"].__setitem__("k_gamma", c["plan"]["occam"]["k_gamma"] + 1),
+    "occam k_c lowered": lambda c: c["routes"]["occam"]["matrices"][0].__setitem__(
+        "k_c", c["routes"]["occam"]["matrices"][0]["k_c"] - 1),
+    "beta_gamma changed": lambda c: c["settings"]["bases"].__setitem__("beta_gamma", "2"),
+    "one route claimed": lambda c: c["settings"].__setitem__("routes", ["rademacher"]),
+    "reported route swapped": lambda c: c["result"].__setitem__(
+        "route", "rademacher" if c["result"]["route"] == "occam" else "occam"),
+}
+
+
+def test_task_certificate_carries_both_routes(task_cert):
+    rt = task_cert["routes"]
+    assert rt["evaluated"] == ["rademacher", "occam"] and task_cert["settings"]["routes"] == ["rademacher", "occam"]
+    assert rt["rademacher"]["level"] == rt["occam"]["level"] == "1/40"  # delta/2 each
+    occ = rt["occam"]
+    for key in ("gamma", "k_gamma", "count", "H", "Lambda", "C", "bound", "bininv", "matrices"):
+        assert occ[key] is not None, key
+    assert abs(sum(r["share_of_H"] for r in occ["matrices"]) + occ["readout"]["share_of_H"] - 1) < 1e-9
+    reported = min(Fraction(rt["rademacher"]["bound_upper"]), Fraction(occ["bound_upper"]))
+    assert Fraction(task_cert["result"]["bound_upper"]) == reported
+
+
+@pytest.mark.parametrize("name", sorted(OCCAM_TAMPERS))
+def test_tampered_occam_route_is_rejected(task_cert, name):
+    cert = copy.deepcopy(task_cert)
+    OCCAM_TAMPERS[name](cert)
+    rep = verify(cert, recompute_empirical=name in ("count lowered", "k_gamma changed", "one route claimed"))
+    assert not rep.valid, name
+
+
+def test_verify_without_recomputing_the_sample_takes_the_recorded_count_and_says_so(task_cert):
+    rep = verify(copy.deepcopy(task_cert), recompute_empirical=False)
+    assert rep.valid, rep.lines()
+    assert any("count K^ taken from the certificate" in n for n in rep.notes)
 
 
 def test_tampered_empirical_term_is_rejected(task_cert):
