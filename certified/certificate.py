@@ -291,6 +291,8 @@ def to_json(result) -> dict:
     w = result.weights
     src = result.source
     emp = {"kind": src.kind, "certified": src.certified, "detail": src.detail}
+    if getattr(src, "data_sha256", ""):  # the sample's canonical arrays: verify checks it is given the same S
+        emp["data_sha256"] = src.data_sha256
     if src.ramp is not None:
         emp.update(lower=ball(src.ramp.lower), upper=ball(src.ramp.upper), undecided=src.ramp.undecided,
                    errors01=src.ramp.errors01, prec=src.ramp.prec)
@@ -635,6 +637,9 @@ def check_ranges(cert: dict) -> None:
     detail = emp.get("detail") if emp.get("detail") is not None else {}
     if not isinstance(detail, dict):
         raise _where("empirical_source.detail", "expected an object")
+    sha = emp.get("data_sha256")
+    if sha is not None and not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+        raise _where("empirical_source.data_sha256", "expected 64 lowercase hex digits")
     if "value" in detail:
         _float_in(detail["value"], "empirical_source.detail.value", 0.0, 1.0)
     if "n" in detail:

@@ -122,17 +122,19 @@ def _cross_check(result: Certification, source: CheckpointSource | None, num_hea
 
 
 def verify(certificate: str | os.PathLike | Mapping[str, Any], model: CheckpointSource | None = None, *,
-           recompute_empirical: bool = True) -> VerificationReport:
+           data: Any = None, recompute_empirical: bool = True) -> VerificationReport:
     """Re-check a certificate (a path, JSON text or dict) independently from the raw weights, like
     ``specbound verify`` (:func:`specbound.verification.verify`): the report is ``valid`` or lists
-    every mismatch; a valid report carries the recomputed ``verdict`` and ``scope``."""
+    every mismatch; a valid report carries the recomputed ``verdict`` and ``scope``.  ``data``: the
+    sample as ``certify`` was given it (needed when it was given in memory; any form ``certify``
+    takes), checked against the certificate's ``data_sha256``."""
     from .verification import verify as run_verify
 
     if isinstance(certificate, Mapping):
         certificate = dict(certificate)
     elif isinstance(certificate, os.PathLike):
         certificate = os.fspath(certificate)
-    return run_verify(certificate, model, recompute_empirical=recompute_empirical)
+    return run_verify(certificate, _source(model), data=data, recompute_empirical=recompute_empirical)
 
 
 # ------------------------------------------------------------------------------------------------

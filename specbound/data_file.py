@@ -2,15 +2,17 @@
 
 A data file is a ``.npz`` archive (read with ``allow_pickle=False``) holding
 
-* ``labels`` -- shape ``(n,)``, every entry exactly ``-1`` or ``+1`` (any integer or float dtype);
+* ``labels`` -- shape ``(n,)``, integers (any integer or float dtype): either every entry ``-1`` or
+  ``+1`` (a binary task: a model with one read-out vector) or every entry a class index ``0..k-1``
+  (a model with k read-out rows; which k is checked where the model is known, :func:`check_labels`);
 * and exactly one of
     - ``tokens`` -- shape ``(n, T)``, integer token ids ``>= 0`` (embedded by the model's fixed
       ``E``, ``P``; token 1 = index 0 is CLS), or
     - ``inputs`` -- shape ``(n, T, N)``, floating rows already embedded; the certified forward
       pass projects them with ``Pi`` (the theorem needs ``X_i`` in the unit-row ball).
 
-``n >= 1`` and ``T >= 1``.  Values are kept exactly: ids become int64, labels int8, float16/32/64
-inputs float64 (every such value is a binary64 number).  Each problem raises
+``n >= 1`` and ``T >= 1``.  Values are kept exactly: ids become int64, labels int8 (-1/+1) or int64
+(classes), float16/32/64 inputs float64 (every such value is a binary64 number).  Each problem raises
 :class:`DataFileError` with one line naming the file and the array.  Whether ids fit the model's
 vocabulary, ``T`` its positional embedding and ``N`` its width is checked where the model is known
 (:func:`specbound.certified.ramp_loss.certified_ramp_loss`).
@@ -18,21 +20,23 @@ vocabulary, ``T`` its positional embedding and ``N`` its width is checked where 
 
 from __future__ import annotations
 
-import os
 import zipfile
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from specbound.dataset import DataSet
-from specbound.errors import SpecboundError, one_line
+from specbound.errors import SpecboundError
 
 KEYS: tuple[str, ...] = ("labels", "tokens", "inputs")
 
 
 class DataFileError(SpecboundError):
     """A data file is missing, unreadable, or its arrays do not form a labelled sample."""
+
+
+MAX_CLASS = 2**31 - 1
+"""Largest class index a label may be."""
 
 
 def _labels(where: str, labels: np.ndarray) -> np.ndarray:
@@ -44,16 +48,59 @@ def _labels(where: str, labels: np.ndarray) -> np.ndarray:
     if labels.dtype == np.bool_ or not (
         np.issubdtype(labels.dtype, np.integer) or np.issubdtype(labels.dtype, np.floating)
     ):
-        raise DataFileError(f"{where}: 'labels' must be numeric -1/+1, got dtype {labels.dtype}")
-    if np.issubdtype(labels.dtype, np.floating) and not np.isfinite(labels).all():
-        raise DataFileError(f"{where}: 'labels' has NaN/Inf entries")
-    bad = ~((labels == 1) | (labels == -1))
+        raise DataFileError(f"{where}: 'labels' must be numeric (-1/+1 or classes 0..k-1), got dtype {labels.dtype}")
+    if np.issubdtype(labels.dtype, np.floating):
+        if not np.isfinite(labels).all():
+            raise DataFileError(f"{where}: 'labels' has NaN/Inf entries")
+        frac = labels != np.floor(labels)
+        if frac.any():
+            i = int(np.flatnonzero(frac)[0])
+            raise DataFileError(f"{where}: 'labels' must be integers, found {labels[i].item()!r} at index {i}")
+    if (labels < 0).any():  # binary: every label -1 or +1
+        bad = ~((labels == 1) | (labels == -1))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DataFileError(
+                f"{where}: 'labels' must be -1 or +1 (binary) or all classes 0..k-1, found {labels[i].item()!r} "
+                f"at index {i} among negative labels ({int(bad.sum())} bad)"
+            )
+        return labels.astype(np.int8)
+    if labels.max() > MAX_CLASS:
+        raise DataFileError(f"{where}: 'labels' has a class index above {MAX_CLASS}")
+    if ((labels == 1) | (labels == -1)).all():
+        return labels.astype(np.int8)  # every label +1: binary as well as class 1
+    return labels.astype(np.int64)
+
+
+def check_labels(data: DataSet, num_outputs: int) -> None:
+    """The labels of ``data`` against a model with ``num_outputs`` read-out rows k: -1/+1 for one
+    read-out vector, classes 0..k-1 for k >= 2 (one-line DataFileError naming the first outside)."""
+    y = np.asarray(data.labels)
+    if num_outputs == 1:
+        bad = ~((y == 1) | (y == -1))
+        want = "-1 or +1 for a model with one read-out vector w (for classes 0..k-1 build it with num_outputs=k)"
+    else:
+        bad = (y < 0) | (y >= num_outputs)
+        want = f"classes 0..{num_outputs - 1} for a model with {num_outputs} outputs"
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise DataFileError(
-            f"{where}: 'labels' must be -1 or +1, found {labels[i].item()!r} at index {i} ({int(bad.sum())} bad)"
-        )
-    return labels.astype(np.int8)
+        raise DataFileError(f"{data.source}: 'labels' must be {want}; found {y[i].item()!r} at index {i} "
+                            f"({int(bad.sum())} outside)")
+
+
+def data_sha256(data: DataSet) -> str:
+    """SHA-256 of the sample's canonical arrays: ``labels`` as int64 and ``tokens`` as int64 or
+    ``inputs`` as float64, in the in-memory digest format of
+    :func:`specbound.formats.state_dict.state_sha256` (names, dtypes, shapes, little-endian bytes).
+    The same sample gives the same digest from a file, arrays, tensors or a loader; its order counts."""
+    from specbound.formats.state_dict import state_sha256
+
+    arrays = {"labels": np.ascontiguousarray(data.labels, dtype=np.int64)}
+    if data.tokens is not None:
+        arrays["tokens"] = np.ascontiguousarray(data.tokens, dtype=np.int64)
+    else:
+        arrays["inputs"] = np.ascontiguousarray(data.inputs, dtype=np.float64)
+    return state_sha256(arrays)
 
 
 def _tokens(where: str, tokens: np.ndarray, n: int) -> np.ndarray:
@@ -126,37 +173,3 @@ def load_data(path: str | Path) -> DataSet:
     return dataset_from_arrays(
         arrays["labels"], tokens=arrays.get("tokens"), inputs=arrays.get("inputs"), source=str(p)
     )
-
-
-def as_dataset(data) -> DataSet | None:
-    """The sample ``data`` names: None; a :class:`DataSet`; a ``.npz`` path (:func:`load_data`); or a
-    mapping with the keys of a data file (``labels`` and one of ``tokens`` / ``inputs``: numpy arrays,
-    lists or CPU tensors), validated like a file.  Anything else: one-line DataFileError."""
-    if data is None or isinstance(data, DataSet):
-        return data
-    if isinstance(data, (str, os.PathLike)):
-        return load_data(data)
-    if isinstance(data, Mapping):
-        keys = [str(k) for k in data]
-        unknown = [k for k in keys if k not in KEYS]
-        if unknown or "labels" not in keys:
-            raise DataFileError(f"data: a mapping needs 'labels' and one of 'tokens' / 'inputs' (got keys "
-                                f"{', '.join(repr(k) for k in keys) or 'none'})")
-        arrays = {k: _array(k, data[k]) for k in keys}
-        return dataset_from_arrays(arrays["labels"], tokens=arrays.get("tokens"), inputs=arrays.get("inputs"),
-                                   source="<mapping>")
-    raise DataFileError(f"data must be a .npz path, a DataSet or a mapping with 'labels' and 'tokens' or "
-                        f"'inputs', got {type(data).__name__}")
-
-
-def _array(key: str, value) -> np.ndarray:
-    """``value`` as a numpy array (a CPU tensor or a list too); one line when it is not one."""
-    if hasattr(value, "detach"):  # a torch tensor: to the host, without its graph
-        value = value.detach().cpu().numpy()
-    try:
-        out = np.asarray(value)
-    except (TypeError, ValueError) as exc:
-        raise DataFileError(f"data: {key!r} is not an array ({one_line(exc)})") from None
-    if out.dtype == object:
-        raise DataFileError(f"data: {key!r} is not a numeric array (ragged or mixed entries)")
-    return out

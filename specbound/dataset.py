@@ -14,8 +14,9 @@ import numpy as np
 
 @dataclass(frozen=True, eq=False)
 class DataSet:
-    """A validated labelled sample: ``labels`` (n,) int8 in {-1, +1} and exactly one of
-    ``tokens`` (n, T) int64 ids or ``inputs`` (n, T, N) float64 rows (before ``Pi``)."""
+    """A validated labelled sample: ``labels`` (n,) -- int8 in {-1, +1} (binary) or int64 class
+    indices 0..k-1 -- and exactly one of ``tokens`` (n, T) int64 ids or ``inputs`` (n, T, N)
+    float64 rows (before ``Pi``)."""
 
     labels: np.ndarray
     tokens: np.ndarray | None = None

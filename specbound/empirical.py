@@ -22,7 +22,8 @@ from specbound.adapters import capabilities
 from specbound.certified.ramp_loss import certified_ramp_loss
 from specbound.checkpoint import file_sha256
 from specbound.data import default_checkpoint_path
-from specbound.data_file import as_dataset, dataset_from_arrays, load_data
+from specbound.data_file import check_labels, data_sha256, dataset_from_arrays, load_data
+from specbound.data_source import as_dataset
 from specbound.dataset import DataSet
 from specbound.errors import SpecboundError, option
 from specbound.tasks import Task, training_sample_of
@@ -52,6 +53,8 @@ class EmpiricalSource:
     certified: bool
     detail: dict = field(default_factory=dict)
     ramp: object | None = None  #: the RampLossCertificate when certified
+    data_sha256: str = ""
+    """SHA-256 of the sample's canonical arrays (:func:`specbound.data_file.data_sha256`; certified sources)."""
 
 
 def _record(checkpoint: str | os.PathLike | None) -> dict | None:
@@ -129,8 +132,9 @@ def resolve(weights, checkpoint, data, *, n: int | None, empirical: float | None
             samples: int | None, seed: int | None) -> tuple[EmpiricalSource, DataSet | None, int]:
     """The empirical source of a certify run, its sample and the sample size n.
 
-    First that applies: ``data`` (a .npz path, a DataSet or a mapping of arrays,
-    :func:`specbound.data_file.as_dataset`: certified, n = its size); ``empirical``
+    First that applies: ``data`` (anything :func:`specbound.data_source.as_dataset` takes: a .npz path,
+    a DataSet, arrays, tensors, a torch Dataset or DataLoader; its labels checked against the model's
+    read-out rows; certified, n = its size); ``empirical``
     (user-supplied, NOT certified; needs n); the training sample S when the model's training record
     asks for it (``"bound_sample": "train"``) and ``samples`` is not given (n = the number of training
     examples); fresh ``samples`` (default 2000) of the model's recorded
@@ -139,15 +143,16 @@ def resolve(weights, checkpoint, data, *, n: int | None, empirical: float | None
     """
     dataset = as_dataset(data)
     if dataset is not None:
+        check_labels(dataset, weights.num_outputs)
         if empirical is not None:
             raise SpecboundError(f"give either data or an empirical loss, not both: {option('data')} or "
                                  f"{option('empirical', 'empirical-loss')}")
         if n is not None and n != dataset.n:
-            raise SpecboundError(f"n = {n} but the data file has {dataset.n} samples")
+            raise SpecboundError(f"n = {n} but the data hold {dataset.n} samples")
         detail = {"path": str(getattr(dataset, "source", data))}
         if isinstance(data, (str, os.PathLike)):
             detail["sha256"] = file_sha256(Path(data))
-        return EmpiricalSource(EMPIRICAL_DATA, True, detail), dataset, dataset.n
+        return EmpiricalSource(EMPIRICAL_DATA, True, detail, data_sha256=data_sha256(dataset)), dataset, dataset.n
     if empirical is not None:
         if n is None:
             raise SpecboundError(f"an empirical loss needs the sample size: give {option('n')}")
@@ -159,7 +164,8 @@ def resolve(weights, checkpoint, data, *, n: int | None, empirical: float | None
             raise SpecboundError(f"n = {n} but the training sample S has {trained_on['n']} examples")
         detail = {**trained_on, "S": "training sample",
                   "generator": "numpy.random.default_rng(SeedSequence([data_seed, 0x5A3]))"}
-        return EmpiricalSource(EMPIRICAL_TRAIN, True, detail), train_sample(detail), trained_on["n"]
+        sample = train_sample(detail)
+        return EmpiricalSource(EMPIRICAL_TRAIN, True, detail, data_sha256=data_sha256(sample)), sample, trained_on["n"]
     task = task_record(weights, checkpoint) if records else None
     if task is not None and not (samples is not None and samples == 0):
         ns = DEFAULT_SAMPLES if samples is None else int(samples)
@@ -168,9 +174,11 @@ def resolve(weights, checkpoint, data, *, n: int | None, empirical: float | None
         sd = DEFAULT_SEED if seed is None else int(seed)
         if n is not None and n != ns:
             raise SpecboundError(f"n = {n} but {ns} samples are drawn; give one of them")
+        sample = task_sample(task, ns, sd)
         source = EmpiricalSource(EMPIRICAL_TASK, True, {"task": task, "seed": sd, "n": ns,
-                                                        "generator": "numpy.random.default_rng(seed)"})
-        return source, task_sample(task, ns, sd), ns
+                                                        "generator": "numpy.random.default_rng(seed)"},
+                                 data_sha256=data_sha256(sample))
+        return source, sample, ns
     if samples is not None:
         raise SpecboundError(f"this checkpoint records no task to draw samples from; give {option('data')}")
     if n is None:
@@ -185,7 +193,8 @@ def from_record(record: dict) -> EmpiricalSource:
     kind = record.get("kind")
     if kind not in EMPIRICAL_SOURCES:
         raise ValueError(f"empirical source kind {kind!r}")
-    return EmpiricalSource(kind, kind in CERTIFIED_SOURCES, dict(record.get("detail") or {}))
+    return EmpiricalSource(kind, kind in CERTIFIED_SOURCES, dict(record.get("detail") or {}),
+                           data_sha256=str(record.get("data_sha256") or ""))
 
 
 def dataset_of(source: EmpiricalSource) -> DataSet | None:

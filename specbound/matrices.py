@@ -92,8 +92,9 @@ class AnalysisWeights:
     """All covered matrices of one network plus the architecture facts the theorem needs.
 
     ``matrices`` is ordered layer by layer; within a layer: QK of every head, V_tilde of every head,
-    M_in, M_out (the telescoping order of proofs_notes/theory.md section 4).  ``readout`` is the CLS read-out
-    vector ``w`` (shape (N,)) when the checkpoint has one (the project's own model), else None.
+    M_in, M_out (the telescoping order of proofs_notes/theory.md section 4).  ``readout`` is the read-out
+    when the checkpoint has one (the project's own model), else None: one vector ``w`` (shape (N,),
+    labels +-1) or ``k >= 2`` rows ``W`` (shape (k, N), labels 0..k-1; proofs_notes/k_class.md).
     """
 
     matrices: tuple[NamedMatrix, ...]
@@ -131,6 +132,11 @@ class AnalysisWeights:
     @cached_property
     def num_matrices(self) -> int:
         return len(self.matrices)
+
+    @property
+    def num_outputs(self) -> int:
+        """The read-out rows k: 1 for one vector ``w`` (or none), k for a (k, N) read-out ``W``."""
+        return 1 if self.readout is None or np.ndim(self.readout) == 1 else int(np.shape(self.readout)[0])
 
 
 def ordered(matrices: list[NamedMatrix]) -> tuple[NamedMatrix, ...]:

@@ -150,6 +150,17 @@ def refuse_outside_theorem(checkpoint=None) -> None:
     )
 
 
+def refuse_k_class(weights, checkpoint=None) -> None:
+    """A one-line SpecboundError for a model with k >= 2 read-out rows: the k-class bound
+    (proofs_notes/k_class.md) is not yet evaluated, and the binary bound does not apply to it."""
+    k = weights.num_outputs
+    if k > 1:
+        label = "<embedded default>" if checkpoint is None else str(checkpoint)
+        raise SpecboundError(f"{label}: a {k}-class model (read-out W with {k} rows): the k-class bound is not yet "
+                             "available in certify (binary models with one read-out vector w and labels +-1 certify; "
+                             "spectra, proxies and inspect work)")
+
+
 def choose_plan(weights, settings, enclosures, margins=None):
     """The float planner's plan (:func:`specbound.numeric.planner.choose_plan`, which reads the
     enclosures' midpoints instead of a second float SVD)."""
@@ -238,6 +249,7 @@ def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical,
     t0 = time.perf_counter()
     refuse_outside_theorem(checkpoint)  # from the header: before any tensor is read
     weights = load_layers(checkpoint, (), num_heads=num_heads)  # the structure: no layer is read
+    refuse_k_class(weights, checkpoint)
     if settings is not None:
         n, delta, margin, empirical, readout = (settings.n, settings.delta, settings.margin,
                                                 settings.empirical, settings.readout)

@@ -39,6 +39,12 @@ class ModelScope:
     activation_source: str = ""
     readout: str = ""
     config_keys: tuple[str, ...] = ()
+    own_network: bool = False
+    """True when the checkpoint's network *is* an analysis model (the own format, :mod:`specbound.nn`):
+    the bound is then for the network the checkpoint computes, not a stand-in for it."""
+    assumptions: tuple[str, ...] = ()
+    """Assumptions the model itself brings (e.g. that a frozen pretrained input map was trained
+    without S); every scope block lists them."""
 
     def to_dict(self) -> dict:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -79,7 +85,9 @@ USER_EMPIRICAL_PHRASE = ("ASSUMPTION: the empirical term is a number supplied by
 def _sample_phrase(kind: str, detail: dict, n: int) -> str:
     if kind == EMPIRICAL_DATA:
         sha = str(detail.get("sha256", ""))[:16]
-        return f"the data file {detail.get('path')}" + (f" (sha256 {sha}...)" if sha else "") + f", n = {n}"
+        path = str(detail.get("path"))
+        what = f"the sample given in memory {path}" if path.startswith("<") else f"the data file {path}"
+        return what + (f" (sha256 {sha}...)" if sha else "") + f", n = {n}"
     if kind == EMPIRICAL_TASK:
         task = detail.get("task") or {}
         return (f"n = {n} fresh i.i.d. samples of the recorded task {task.get('name')!s} "
@@ -109,13 +117,15 @@ def scope_block(*, checkpoint: str, sha256: str, model: ModelScope | None, varia
         assumptions.append("read-out " + READOUT_PHRASES[READOUT_FIXED])
     if empirical_kind == EMPIRICAL_USER:
         assumptions.append(USER_EMPIRICAL_PHRASE)
+    assumptions += list(model.assumptions)
     if verdict.proven and any(not o["proven"] for o in overrides):
         raise ValueError("a verdict of 'proven' with a lemma constant below its proven value")
     for o in overrides:
         tag = "at or above the proven value" if o["proven"] else NOT_PROVEN
         assumptions.append(f"lemma constant {o['name']} = {o['value']} (proven value {o['proven_value']}): {tag}")
     return {
-        "bound_for": f"the analysis model of {checkpoint} (sha256 {sha256[:16]}...), not the checkpoint's own network",
+        "bound_for": f"the analysis model of {checkpoint} (sha256 {sha256[:16]}...), "
+                     + ("which is the checkpoint's own network" if model.own_network else "not the checkpoint's own network"),
         "family": model.family,
         "variant": variant,
         "kept": list(model.kept),

@@ -40,8 +40,10 @@ from specbound.certified.norms import schatten_power, spectral_norm
 from specbound.certified.radii import MatrixRounding, dominates, power_ball
 from specbound.checkpoint import file_sha256, load_weights
 from specbound.derivation.theorem import VARIANTS, unproven_overrides
+from specbound.data_file import data_sha256
+from specbound.data_source import as_dataset
 from specbound.empirical import dataset_of, empirical_ball, from_record, task_record, training_record
-from specbound.errors import SourceNotFoundError, SpecboundError
+from specbound.errors import SourceNotFoundError, SpecboundError, option
 from specbound.certified.margins import count_upper
 from specbound.pipeline import fast_pass_of, judge, occam_margins
 from specbound.plan import BoundSettings
@@ -61,9 +63,10 @@ def _fresh_enclosure(mat):
     return enclose(mat)
 
 
-def _empirical(cert: dict, weights, settings, rep: VerificationReport, recompute: bool):
+def _empirical(cert: dict, weights, settings, rep: VerificationReport, recompute: bool, given=None):
     """(the empirical term of the recorded source, recomputed or taken from the certificate; the sample
-    it was recomputed on, or None)."""
+    it was recomputed on, or None).  The sample is the recorded one, or ``given`` (the sample as the
+    caller holds it) when given; either way it must have the recorded ``data_sha256``."""
     try:
         source = from_record(cert["empirical_source"])
     except ValueError:
@@ -79,15 +82,25 @@ def _empirical(cert: dict, weights, settings, rep: VerificationReport, recompute
     if not recompute:
         rep.notes.append("empirical term taken from the certificate (not recomputed)")
         return recorded, None
-    if source.kind == EMPIRICAL_DATA:
-        path = Path(source.detail["path"])
-        if not path.is_file():
-            rep.add("empirical_source.detail.path", str(path), "file not found")
-            return recorded, None
-        sha = file_sha256(path)
-        if sha != source.detail.get("sha256"):
-            rep.add("empirical_source.detail.sha256", source.detail.get("sha256"), sha)
-    data = dataset_of(source)
+    if given is not None:
+        data = as_dataset(given)
+    else:
+        if source.kind == EMPIRICAL_DATA:
+            path = Path(source.detail["path"])
+            if not path.is_file():
+                in_memory = str(path).startswith("<")  # "<arrays>", "<mapping>", "<torch Dataset ...>"
+                rep.add("empirical_source.detail.path", str(path),
+                        f"a sample given in memory: give the same sample again as {option('data')}" if in_memory
+                        else f"file not found (give the sample as {option('data')})")
+                return recorded, None
+            sha = file_sha256(path)
+            if sha != source.detail.get("sha256"):
+                rep.add("empirical_source.detail.sha256", source.detail.get("sha256"), sha)
+        data = dataset_of(source)
+    if source.data_sha256:
+        rep.compare("empirical_source.data_sha256", source.data_sha256, data_sha256(data))
+    elif given is not None:
+        rep.notes.append("the certificate records no data_sha256: the sample given was not compared with it")
     if data.n != settings.n:
         rep.add("settings.n", settings.n, data.n)
     rho = power_ball(Fraction(settings.beta_rho), int(cert["plan"]["k_rho"]))
@@ -212,18 +225,20 @@ def _check_claims(cert: dict, weights, settings: BoundSettings, checkpoint, rep:
             rep.compare("settings.n", settings.n, own["n"])
 
 
-def verify(cert_source, checkpoint: str | os.PathLike | None = None, *,
+def verify(cert_source, checkpoint: str | os.PathLike | None = None, *, data=None,
            recompute_empirical: bool = True) -> VerificationReport:
     """Re-check a certificate independently from the raw checkpoint (module docstring).
 
     ``checkpoint``: the weights file (default: the recorded path, or the embedded default).
     ``recompute_empirical``: re-run the certified forward passes (else trust the recorded ball and
-    say so in the report).
+    say so in the report).  ``data``: the sample S as ``certify`` was given it (anything
+    :func:`specbound.data_source.as_dataset` takes); needed when it was given in memory, and checked
+    against the recorded ``data_sha256``.
     """
     cert = read(cert_source)
     check_ranges(cert)
     try:
-        return _verify(cert, checkpoint, recompute_empirical)
+        return _verify(cert, checkpoint, recompute_empirical, data)
     except CertificateError:
         raise
     except (KeyError, TypeError, ValueError, ArithmeticError, AttributeError, IndexError,
@@ -276,7 +291,7 @@ def _check_occam(cert: dict, fresh, rep: VerificationReport) -> None:
         rep.add("routes.occam.bininv.value", value, f"not certified >= BinInv(n, K^, e^-C) at C = {ball(o.mass)}")
 
 
-def _verify(cert: dict, checkpoint, recompute_empirical: bool) -> VerificationReport:
+def _verify(cert: dict, checkpoint, recompute_empirical: bool, data=None) -> VerificationReport:
     rep = VerificationReport()
     ck = cert["checkpoint"]
     recorded = checkpoint is None and not ck.get("embedded_default")
@@ -343,7 +358,7 @@ def _verify(cert: dict, checkpoint, recompute_empirical: bool) -> VerificationRe
         if rep.mismatches or any(r is None for r in roundings + occam_roundings):
             return rep  # invalid radii: a recomputation at them would not be a bound
 
-        emp, data = _empirical(cert, weights, settings, rep, recompute_empirical)
+        emp, data = _empirical(cert, weights, settings, rep, recompute_empirical, data)
         margins, count = _occam_count(cert, weights, settings, plan, data, rep)
         fresh = certify_bound(weights, settings, plan, [None] * len(roundings), emp, margins=margins,
                               roundings=roundings, k_w=k_w, occam_roundings=occam_roundings or None, count=count)

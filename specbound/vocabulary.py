@@ -143,3 +143,15 @@ def kv_group(head: int, num_heads: int, num_kv_heads: int) -> int:
     if num_heads % num_kv_heads:
         raise ValueError(f"{num_heads} heads do not split into {num_kv_heads} key/value groups")
     return head // (num_heads // num_kv_heads)
+
+# ------------------------------------------------------------------------ input maps
+INPUT_MAP_RANDOM = "random"
+"""The input map is a token (and positional) table drawn from a recorded seed (specbound/input_map.py)."""
+INPUT_MAP_PRETRAINED = "pretrained"
+"""The input map is a frozen table taken from a pretrained checkpoint, optionally projected to a smaller
+width by a fixed random matrix drawn from a recorded seed (ASSUMPTION: the table was trained without S)."""
+INPUT_MAP_EMBEDDED = "embedded"
+"""The user embeds the inputs; the model projects each row with Pi (ASSUMPTION: the embedding is fixed
+before S)."""
+INPUT_MAPS: tuple[str, ...] = (INPUT_MAP_RANDOM, INPUT_MAP_PRETRAINED, INPUT_MAP_EMBEDDED)
+"""The input maps of the analysis-family Transformer: each is fixed before the sample S."""

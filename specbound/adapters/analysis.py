@@ -4,8 +4,10 @@ Tensors, for layers ``l = 0..L-1`` and heads ``h = 0..H-1``::
 
     layers.{l}.attn.W_Q, W_K, W_V  (H, N, d)      layers.{l}.attn.W_O  (H, d, N)
     layers.{l}.ff.M_in             (N, d_ff)      layers.{l}.ff.M_out  (d_ff, N)
-    readout.w                      (N,)
-    embedding.E (V, N), embedding.P (T, N)        fixed embeddings, not covered, optional here
+    readout.w                      (N,), or (k, N) with metadata num_outputs = k >= 2
+    embedding.E (V, N), embedding.P (T, N)        the fixed input map, not covered (absent for
+                                                  input_map "embedded"; a "pretrained" map's
+                                                  tables must have the recorded input_map_sha256)
 
 Covered matrices (proofs_notes/theory.md section 1, row-vector convention, no residual):
 
@@ -31,12 +33,13 @@ import re
 import numpy as np
 
 from ..errors import LayoutError
+from ..input_map import from_metadata, kind_of
 from ..scope import ModelScope
 from ..vocabulary import kv_group
 from ..matrices import AnalysisWeights, NamedMatrix, ordered
 from ..vocabulary import (
     ANALYSIS_LAYOUT, CAPABILITY_CERTIFY, CAPABILITY_FLOAT_FORWARD, CAPABILITY_MATRICES,
-    BIDIRECTIONAL_VARIANTS, CAPABILITY_RECORDED_TASK, LS_VARIANTS, MODEL_VARIANTS, VIEW_ANALYSIS,
+    BIDIRECTIONAL_VARIANTS, CAPABILITY_RECORDED_TASK, INPUT_MAP_RANDOM, LS_VARIANTS, MODEL_VARIANTS, VIEW_ANALYSIS,
 )
 from . import helpers
 from .helpers import AdapterSpec, Reads, check_view
@@ -51,7 +54,7 @@ SPEC = AdapterSpec(
     capabilities=frozenset({CAPABILITY_MATRICES, CAPABILITY_FLOAT_FORWARD, CAPABILITY_RECORDED_TASK,
                             CAPABILITY_CERTIFY}),
     config_keys=("format", "num_layers", "num_heads", "width", "head_dim", "ff_dim", "activation",
-                 "task", "variant", "num_kv_heads"),
+                 "task", "variant", "num_kv_heads", "num_outputs", "input_map"),
 )
 """The analysis model itself: no score scale (scores are x A x^T), so every view is the same."""
 
@@ -128,8 +131,14 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
             matrices.append(NamedMatrix(l, h, "V_tilde", helpers.copied(W_V[h]), helpers.copied(W_O[h])))
         matrices.append(NamedMatrix(l, -1, "M_in", reads.tensor(p + "ff.M_in", (N, d_ff), "M_in")))
         matrices.append(NamedMatrix(l, -1, "M_out", reads.tensor(p + "ff.M_out", (d_ff, N), "M_out")))
-    readout = reads.tensor("readout.w", (N,), "read-out vector w")
+    readout = _readout(ckpt, reads, meta, N)
     return _weights(ckpt, reads, meta, matrices, readout, L, H, N, d, d_ff, act, variant, 0)
+
+
+def _readout(ckpt, reads, meta, N: int) -> np.ndarray:
+    """The read-out: ``w`` (N,) for one output, the rows ``W`` (k, N) for ``num_outputs = k >= 2``."""
+    k = helpers.positive_int(ckpt, "num_outputs", meta.get("num_outputs"), "metadata") or 1
+    return reads.tensor("readout.w", (N,) if k == 1 else (k, N), "read-out vector w" if k == 1 else f"read-out rows W ({k} outputs)")
 
 
 def _adapt_ls(ckpt, reads, meta, L, H, N, d, d_ff, act, variant) -> AnalysisWeights:
@@ -151,7 +160,7 @@ def _adapt_ls(ckpt, reads, meta, L, H, N, d, d_ff, act, variant) -> AnalysisWeig
         matrices.append(NamedMatrix(l, -1, "G", reads.tensor(p + "ff.G", (N, d_ff), "gate G")))
         matrices.append(NamedMatrix(l, -1, "U", reads.tensor(p + "ff.U", (N, d_ff), "up U")))
         matrices.append(NamedMatrix(l, -1, "D", reads.tensor(p + "ff.D", (d_ff, N), "down D")))
-    readout = reads.tensor("readout.w", (N,), "read-out vector w")
+    readout = _readout(ckpt, reads, meta, N)
     weights = _weights(ckpt, reads, meta, matrices, readout, L, H, N, d, d_ff, act, variant, G)
     cos_shape = ckpt.shape("rope.cos")
     if len(cos_shape) != 2 or cos_shape[1] != d // 2:
@@ -159,6 +168,16 @@ def _adapt_ls(ckpt, reads, meta, L, H, N, d, d_ff, act, variant) -> AnalysisWeig
     weights.extra["rope.cos"] = reads.tensor("rope.cos", tuple(cos_shape), "rotary table")
     weights.extra["rope.sin"] = reads.tensor("rope.sin", tuple(cos_shape), "rotary table")
     return weights
+
+
+def _input_map(meta, E, P, N: int, where: str) -> tuple[str, str | None]:
+    """(the scope phrase of the input map, its ASSUMPTION or None); a "pretrained" map's stored tables
+    must have the recorded SHA-256 (:func:`specbound.input_map.from_metadata`).  A file of the older
+    layout without tables has no input map: its data are rows, each projected by Pi."""
+    if E is None and kind_of(meta) == INPUT_MAP_RANDOM:
+        return "input map: none stored (inputs given as rows, each projected by Pi)", None
+    imap = from_metadata(meta, E, P, N, where)
+    return imap.describe(), imap.assumption()
 
 
 def _weights(ckpt, reads, meta, matrices, readout, L, H, N, d, d_ff, act, variant, num_kv) -> AnalysisWeights:
@@ -175,6 +194,10 @@ def _weights(ckpt, reads, meta, matrices, readout, L, H, N, d, d_ff, act, varian
                     f"{ckpt.path}: tensor '{name}' has shape {tuple(shp)}, expected (rows, {N})"
                 )
             extra[name] = reads.tensor(name, None, "fixed embedding (not covered; forward passes)")
+    input_map, assumption = _input_map(meta, extra.get("embedding.E"),
+                                       None if variant in LS_VARIANTS else extra.get("embedding.P"), N, str(ckpt.path))
+    k = 1 if readout.ndim == 1 else int(readout.shape[0])
+    token = "the CLS token (position 0)" if variant in BIDIRECTIONAL_VARIANTS else "the last token (causal mask)"
     return AnalysisWeights(
         matrices=ordered(matrices),
         num_layers=L,
@@ -190,11 +213,14 @@ def _weights(ckpt, reads, meta, matrices, readout, L, H, N, d, d_ff, act, varian
         extra=extra,
         scope=ModelScope(
             family="specbound analysis model" + ("" if variant == "plain" else f" ({variant} variant)"),
-            kept=("every weight of the network",) + (("the rotary tables rope.cos/rope.sin",) if variant in LS_VARIANTS else ()),
+            kept=("every weight of the network",) + (("the rotary tables rope.cos/rope.sin",) if variant in LS_VARIANTS else ())
+            + (input_map,),
             activation_source=f"checkpoint metadata -> {act}",
-            readout=("the checkpoint's read-out vector w on the CLS token (position 0)" if variant in BIDIRECTIONAL_VARIANTS
-                     else "the checkpoint's read-out vector w on the last token (causal mask)"),
-            config_keys=tuple(k for k in SPEC.config_keys if k in meta),
+            readout=(f"the checkpoint's read-out vector w on {token}" if k == 1
+                     else f"the checkpoint's {k} read-out rows W on {token} (labels 0..{k - 1})"),
+            config_keys=tuple(key for key in SPEC.config_keys if key in meta),
+            assumptions=(assumption,) if assumption else (),
+            own_network=True,
         ),
         variant=variant,
         num_kv_heads=num_kv,

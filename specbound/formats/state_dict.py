@@ -8,6 +8,8 @@ Refused with one line before anything is read: a value that is neither a tensor 
 
 A ``torch.nn.Module`` contributes ``module.state_dict()``; when it carries a ``config`` with a
 ``to_dict()`` method (a ``transformers`` ``PreTrainedModel``), that dict is the checkpoint config.
+A :class:`specbound.nn.AnalysisTransformer` contributes its own-format tensors and metadata
+(``module.specbound_checkpoint()``, which first refuses a network outside the family).
 
 SHA-256 of in-memory weights (what a certificate names instead of a file hash): the SHA-256 of
 the concatenation, over tensors in sorted name order, of ``name``, ``dtype``, ``shape`` (decimal
@@ -97,19 +99,24 @@ def _check(name: str, value: Any, label: str) -> None:
         raise CheckpointError(f"{label}: array '{name}' holds Python objects, not numbers")
 
 
-def _dtype_name(value: Any) -> str:
-    import torch
+def _torch_tensor(value: Any) -> bool:
+    """Whether ``value`` is a torch tensor, without importing torch (a numpy-only caller, e.g. the
+    digest of a data sample on the torch-free certify path, must not pay for it)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
 
-    if isinstance(value, torch.Tensor):
+
+def _dtype_name(value: Any) -> str:
+    if _torch_tensor(value):
         return str(value.dtype).removeprefix("torch.")
     return value.dtype.name
 
 
 def _le_bytes(value: Any) -> bytes:
     """The tensor's values as little-endian C-order bytes (bfloat16 as its 16-bit patterns)."""
-    import torch
+    if _torch_tensor(value):
+        import torch
 
-    if isinstance(value, torch.Tensor):
         t = value.detach().cpu().contiguous()
         if t.dtype == torch.bfloat16:
             t = t.view(torch.int16)
@@ -144,7 +151,11 @@ def open_state_dict(obj: Any) -> Opened:
         obj = obj.obj
     label = describe(obj)
     config = None
-    if _is_module(obj):
+    metadata: dict[str, str] = {}
+    if _is_module(obj) and callable(getattr(obj, "specbound_checkpoint", None)):
+        # a specbound.nn model: its own-format tensors and metadata, after its family check
+        state, metadata = obj.specbound_checkpoint()
+    elif _is_module(obj):
         state = obj.state_dict()
         raw_config = getattr(obj, "config", None)
         if raw_config is not None and callable(getattr(raw_config, "to_dict", None)):
@@ -167,6 +178,6 @@ def open_state_dict(obj: Any) -> Opened:
         return value
 
     return Opened(
-        shapes=shapes, dtypes=dtypes, fetch=fetch, config=config,
+        shapes=shapes, dtypes=dtypes, fetch=fetch, config=config, metadata=dict(metadata),
         digest=lambda: state_sha256(tensors),
     )

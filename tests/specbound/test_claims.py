@@ -69,7 +69,7 @@ def test_scope_block_says_what_the_number_is_for(genuine):
     s = genuine["scope"]
     assert s["n"] == SAMPLES and s["empirical_certified"] is True
     assert s["variant"] == "plain" and s["activation"].startswith("gelu")
-    assert "not the checkpoint's own network" in s["bound_for"]
+    assert "which is the checkpoint's own network" in s["bound_for"]  # an analysis model: no stand-in
     assert s["proven"] is True and s["assumptions"] == []
 
 

@@ -44,7 +44,8 @@ BAD = {
         "both 'tokens' and 'inputs'",
     ),
     "empty": (dict(labels=np.zeros(0), tokens=np.zeros((0, 3), dtype=np.int64)), r"n = 0"),
-    "labels 0/1": (dict(labels=np.array([1, 0]), tokens=np.zeros((2, 3), dtype=np.int64)), "-1 or \\+1"),
+    "labels mixed": (dict(labels=np.array([1, -1, 2]), tokens=np.zeros((3, 3), dtype=np.int64)), "-1 or \\+1"),
+    "labels 1/2": (dict(labels=np.array([1.0, 0.5]), tokens=np.zeros((2, 3), dtype=np.int64)), "integers"),
     "labels nan": (dict(labels=np.array([1.0, np.nan]), tokens=np.zeros((2, 3), dtype=np.int64)), "NaN/Inf"),
     "labels 2-D": (dict(labels=np.ones((2, 1)), tokens=np.zeros((2, 3), dtype=np.int64)), r"shape \(n,\)"),
     "labels bool": (dict(labels=np.array([True]), tokens=np.zeros((1, 3), dtype=np.int64)), "numeric"),
@@ -92,5 +93,12 @@ def test_unreadable_files_are_one_line_errors(tmp_path):
 
 
 def test_arrays_are_validated_like_files():
-    with pytest.raises(DataFileError, match="'labels' must be -1 or \\+1, found 3"):
-        dataset_from_arrays(np.array([1, 3]), tokens=np.zeros((2, 2), dtype=np.int64))
+    with pytest.raises(DataFileError, match="'labels' must be -1 or \\+1 .binary. or all classes 0..k-1, found 3"):
+        dataset_from_arrays(np.array([-1, 3]), tokens=np.zeros((2, 2), dtype=np.int64))
+
+
+def test_class_labels_are_kept_as_int64_and_signs_as_int8():
+    classes = dataset_from_arrays(np.array([0, 2, 1]), tokens=np.zeros((3, 2), dtype=np.int64))
+    assert classes.labels.dtype == np.int64 and classes.labels.tolist() == [0, 2, 1]
+    signs = dataset_from_arrays(np.array([1.0, -1.0]), tokens=np.zeros((2, 2), dtype=np.int64))
+    assert signs.labels.dtype == np.int8 and signs.labels.tolist() == [1, -1]

@@ -17,6 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specbound.errors import CheckpointError, LayoutError, NonFiniteError
+from specbound.input_map import fixed_embedding
+from specbound.pretrained import pretrained_map
 from specbound.model import AnalysisTransformer, Architecture
 
 
@@ -79,11 +81,15 @@ def reference_forward(t: dict[str, np.ndarray], meta: dict, tokens: list[int]):
 
 def random_model(L, H, N, d, F, V, T, act, seed, scale) -> AnalysisTransformer:
     """A net whose weights are blown up by ``scale``, so Pi and sharp softmaxes are exercised."""
-    model = AnalysisTransformer(Architecture(L, H, N, d, F, V, T, act), embed_seed=seed, init_seed=seed + 1)
+    # rows of norm > 1 before the input projection: the seed's token table doubled, given as a fixed
+    # table of the test's own (a "pretrained" input map; changing E after construction is refused)
+    E, P = fixed_embedding(V, T, N, seed)
+    imap = pretrained_map({"E": 2.0 * E, **({"P": P} if T else {})}, tokens="E", positions="P" if T else None,
+                          name="test tables")
+    model = AnalysisTransformer(Architecture(L, H, N, d, F, V, T, act), input_map=imap, init_seed=seed + 1)
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(scale)
-        model.E.mul_(2.0)  # rows of norm > 1 before the input projection
     return model
 
 
@@ -265,7 +271,7 @@ def test_a_failed_save_leaves_the_old_file_untouched(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr("specbound.model.os.replace", boom)
+    monkeypatch.setattr("specbound.analysis_format.os.replace", boom)
     with pytest.raises(OSError):
         random_model(1, 1, 3, 2, 2, 3, 3, "gelu", 5, 1.0).save(path)
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
