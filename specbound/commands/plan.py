@@ -103,6 +103,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(n: int) -> str:
+    """``10^k`` for a power of ten, else the number with thousands separators."""
+    k = len(str(n)) - 1
+    return f"10^{k}" if n == 10**k and k > 2 else f"{n:,}"
+
+
 def _n(row: dict) -> str:
     if row["n"] is None:
         return "not reached"
@@ -117,12 +123,14 @@ def render(result) -> None:
     from specbound.planning import PLAN_ROUTES
 
     out = console()
-    out.print(f"sample-size plan for {result.model} ({result.parameters:,} parameters): the n at which the float "
-              "ESTIMATE of each route reaches the target")
-    out.print("ESTIMATES, NOT BOUNDS -- they assume:")
+    say = lambda text: out.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
+    say(f"sample-size plan for {result.model} ({result.parameters:,} parameters): the n at which the float "
+        "ESTIMATE of each route reaches the target")
+    say("ESTIMATES, NOT BOUNDS -- they assume:")
     for line in result.assumptions:
-        out.print(f"  - {line}")
-    table = Table(title=f"n to reach the target (float estimates; not reached by n = {result.max_n:.0e}: 'not reached')")
+        say(f"  - {line}")
+    table = Table(title=f"n at which the float estimate reaches the target ('not reached': not by n = "
+                        f"{_count(result.max_n)})")
     table.add_column("target", justify="right")
     for head in ("Occam route", "Rademacher route", "smaller (what certify reports)"):
         table.add_column(head, justify="right")
@@ -135,7 +143,7 @@ def render(result) -> None:
     for t in targets:
         occ = next(r for r in result.rows if r["target"] == t and r["route"] == PLAN_ROUTES[0])
         if occ["n"] is not None:
-            out.print(f"  target {t:g}, Occam route at n = {occ['n']:,}: H = {occ['occam_H']:.6g} nats "
+            say(f"  target {t:g}, Occam route at n = {occ['n']:,}: H = {occ['occam_H']:.6g} nats "
                       f"({occ['occam_H'] / result.parameters:.3g} per parameter), K = {occ['occam_count']} at "
                       f"gamma = {occ['occam_gamma']:.4g}, estimate {occ['estimate']:.4g}")
-    out.print("Run `specbound certify` on the trained model and its real sample for a bound.")
+    say("Run `specbound certify` on the trained model and its real sample for a bound.")
