@@ -340,7 +340,8 @@ def theorem(route: str = "rademacher", *, overrides: Mapping[str, Any] | None = 
     return assemble(overrides, massart=massart, dudley=dudley, activation=activation, model=model)
 
 
-def plan_n(model: CheckpointSource | None = None, target: float | Sequence[float] = (0.5,), **options: Any) -> SampleSizePlan:
+def plan_n(model: CheckpointSource | None = None, target: float | Sequence[float] | None = None,
+           **options: Any) -> SampleSizePlan:
     """The n at which the float ESTIMATE of each route reaches each ``target``, as ``specbound plan``
     prints it (:func:`specbound.planning.plan_n`: a pilot ``model`` with its ``data``, or an
     ``architecture=`` at its initialisation; estimates, not bounds, under the assumptions the result states)."""

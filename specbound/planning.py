@@ -229,7 +229,7 @@ def assumed_margins(weights: AnalysisWeights, margin: float, error: float):
 
 def plan_n(
     model: Any = None,
-    target: float | Sequence[float] = DEFAULT_TARGETS,
+    target: float | Sequence[float] | None = None,
     *,
     architecture: Any = None,
     data: Any = None,
@@ -242,7 +242,8 @@ def plan_n(
     init_seed: int = 0,
     max_n: int = MAX_N,
 ) -> SampleSizePlan:
-    """The n at which the float ESTIMATE of each route reaches each ``target`` (module docstring).
+    """The n at which the float ESTIMATE of each route reaches each ``target`` (a number or several;
+    default :data:`DEFAULT_TARGETS`), as the module docstring says.
 
     ``model``: a pilot model, anything ``certify`` accepts (path, repo id, state dict, torch module;
     None with no ``architecture``: the embedded default); or ``architecture``: a mapping (or
@@ -254,7 +255,7 @@ def plan_n(
     sample, the assumed distribution (``margin`` default :data:`ASSUMED_MARGIN`, ``error`` default 0).
     ``delta``: the confidence, each route at delta/2 as certify runs them.  ``max_n``: the search's end.
     """
-    targets = _targets(target)
+    targets = _targets(DEFAULT_TARGETS if target is None else target)
     delta = _fraction_in(delta, f"delta ({option('delta')})", True, 1.0, True)
     if isinstance(max_n, bool) or not isinstance(max_n, (int, np.integer)) or not 1 <= max_n <= 10**15:
         raise SpecboundError(f"max_n must be an integer in [1, 10^15], got {max_n!r}")
