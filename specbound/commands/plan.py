@@ -16,6 +16,7 @@ import sys
 
 from specbound.commands.certify import _float, _int
 from specbound.errors import SpecboundError
+from specbound.vocabulary import ACTIVATIONS, MODEL_VARIANTS
 
 ARCHITECTURE_FLAGS: dict[str, str] = {"layers": "num_layers", "heads": "num_heads", "width": "width",
                                       "head_dim": "head_dim", "ff_dim": "ff_dim"}
@@ -34,8 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     arch.add_argument("--width", default=None, metavar="N", help="model width N")
     arch.add_argument("--head-dim", default=None, metavar="D", help="head dimension d_h")
     arch.add_argument("--ff-dim", default=None, metavar="F", help="feed-forward width d_ff")
-    arch.add_argument("--variant", default=None, help="plain (default), residual, causal, ls, ls_residual")
-    arch.add_argument("--activation", default=None, help="gelu (default), gelu_tanh, relu, silu")
+    arch.add_argument("--variant", default=None, help=f"one of {', '.join(MODEL_VARIANTS)} (default plain)")
+    arch.add_argument("--activation", default=None, help=f"one of {', '.join(ACTIVATIONS)} (default gelu)")
     arch.add_argument("--kv-heads", default=None, metavar="G", help="key/value groups (ls variants)")
     arch.add_argument("--outputs", default=None, metavar="K", help="read-out outputs k (only 1 is evaluated)")
     arch.add_argument("--init-seed", default=None, metavar="S", help="seed of the initialisation (default 0)")
