@@ -41,6 +41,7 @@ from specbound.vocabulary import READOUT_TRAINED
 
 from .context import NumpyContext
 from .grid import grid_size
+from .margin_sample import MarginSample, count_at, mean_over
 from .terms import (
     CompiledTheorem, NetworkFacts, as_margins, compiled_theorem, dtype_name, grid_up, network_facts, power,
     readout_radius, schatten_at, singular_values,
@@ -171,11 +172,12 @@ of at most a few hundred rounded operations); singular values carry the SVD's ba
 class FloatFacts:
     """The float facts of a network (:class:`specbound.certified.evaluation.Facts`): radii rounded
     from float spectra (``grid_up``), the structural rank at p = 0, the read-out norm and the
-    empirical ramp loss (``settings.empirical``, else the mean ramp loss of ``margins``)."""
+    empirical ramp loss (``settings.empirical``, else the mean ramp loss of ``margins``: an array
+    or a :class:`~numeric.margin_sample.MarginSample` of size ``settings.n``)."""
 
     facts: NetworkFacts
     settings: BoundSettings
-    margins: np.ndarray | None = None
+    margins: np.ndarray | MarginSample | None = None
 
     @property
     def structure(self):
@@ -211,14 +213,14 @@ class FloatFacts:
     def empirical(self, ctx, rho) -> float | None:
         if self.settings.empirical is not None or self.margins is None:
             return self.settings.empirical
-        return float(ctx.field("ramp", a=as_margins(self.margins), rho=rho).mean())
+        return float(mean_over(as_margins(self.margins), lambda a: ctx.field("ramp", a=a, rho=rho)))
 
     def count(self, ctx, gamma) -> int | None:
         """The float margin count ``#{i : margin_i <= gamma}`` (an estimate of K^, for choosing; the
         certified count is taken from margin enclosures, certified/margins.py)."""
         if self.margins is None:
             return None
-        return int(np.count_nonzero(as_margins(self.margins) <= float(gamma)))
+        return int(count_at(as_margins(self.margins), float(gamma)))
 
 
 def evaluate_plan(

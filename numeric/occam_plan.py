@@ -30,6 +30,7 @@ from specbound.vocabulary import READOUT_TRAINED
 from .binomial import bininv_estimate
 from .context import NumpyContext
 from .evaluation import FloatFacts
+from .margin_sample import count_at, values_of
 from .terms import (
     CompiledTheorem, NetworkFacts, as_margins, grid_down, grid_up, power, row_blocks, schatten_table, sensitivities,
 )
@@ -55,7 +56,7 @@ def plan_occam(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings
     """An :class:`OccamPlan` for the network of ``facts`` from the float margins ``y_i f(X_i)`` of the
     sample (module docstring says how).  Deterministic: ties go to the first minimiser."""
     marg = as_margins(margins)
-    ks = np.array(_margin_window(marg, settings.beta_gamma), dtype=np.float64)
+    ks = np.array(_margin_window(values_of(marg), settings.beta_gamma), dtype=np.float64)
     gammas = power(settings.beta_gamma, ks)  # (G,)
     sens = sensitivities(ct, facts, settings, gammas)  # kappa^gamma (G, J)
     trained = sens.readout == READOUT_TRAINED
@@ -104,8 +105,7 @@ def plan_occam(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings
     level = float(settings.route_level())
     mass = np.asarray(ct("occam_confidence_mass", H_theta=total + H_w, Lambda=lam_total, delta=level), dtype=np.float64)
     n = int(settings.n)
-    order = np.sort(marg)
-    counts = np.searchsorted(order, gammas, side="right")  # #{margins <= gamma_k}
+    counts = count_at(marg, gammas)  # #{margins <= gamma_k}
     best, best_value = 0, math.inf
     for g in range(G):
         if not math.isfinite(float(mass[g])):

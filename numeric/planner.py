@@ -46,6 +46,7 @@ from specbound.vocabulary import READOUT_TRAINED, ROUTE_OCCAM
 
 from .evaluation import evaluate_facts
 from .grid import grid_size, schatten_grid
+from .margin_sample import mean_over, values_of
 from .occam_plan import plan_occam
 from .terms import (
     CompiledTheorem, NetworkFacts, as_margins, compiled_theorem, dd_closed, enclosure_midpoints, grid_down,
@@ -71,7 +72,8 @@ def _margin_candidates(settings: BoundSettings, margins: np.ndarray | None) -> l
         return [grid_down(settings.margin, settings.beta_rho)]
     if margins is None:
         raise SpecboundError("choose_plan needs settings.margin or the margins y_i f(X_i) to choose it")
-    mags = np.abs(margins[np.isfinite(margins)])
+    values = values_of(margins)
+    mags = np.abs(values[np.isfinite(values)])
     mags = mags[mags > 0]
     if mags.size == 0:
         return [0]
@@ -210,7 +212,7 @@ def _rademacher_plan(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSe
         closed = ss_closed(ct, sens, ss_chosen.sum(-1), float(facts.width), n, rho)
     confidence = ct("confidence", Lambda=Lam, delta=settings.delta, n=n)
     if marg is not None and settings.margin is None:
-        emp = ct("ramp", a=marg[None, :], rho=rho[:, None]).mean(-1)
+        emp = mean_over(marg, lambda a: ct("ramp", a=a[None, :], rho=rho[:, None]))
     else:
         emp = np.zeros_like(rho)
     objective = emp + 2.0 * closed + confidence

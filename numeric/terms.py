@@ -38,14 +38,16 @@ from specbound.vocabulary import READOUT_FIXED, READOUT_TRAINED
 
 from . import generated
 from .context import NumpyContext
+from .margin_sample import MarginSample
 from .spectra import Spectra
 
 
-def as_margins(margins) -> np.ndarray | None:
-    """Float margins y_i f(X_i) as a flat float64 array (None stays None); empty or non-finite
-    input is a SpecboundError."""
-    if margins is None:
-        return None
+def as_margins(margins) -> np.ndarray | MarginSample | None:
+    """Float margins y_i f(X_i) as a flat float64 array (None stays None, a
+    :class:`~numeric.margin_sample.MarginSample` stays itself); empty or non-finite input is a
+    SpecboundError."""
+    if margins is None or isinstance(margins, MarginSample):
+        return margins
     arr = np.asarray(margins, dtype=np.float64).reshape(-1)
     if arr.size == 0 or not np.all(np.isfinite(arr)):
         raise SpecboundError("margins must be a non-empty array of finite numbers")

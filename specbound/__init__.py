@@ -10,7 +10,9 @@ The Python API (:mod:`specbound.api`, the path of every command): ``specbound.ce
 :class:`Certification` with its :class:`Verdict`), ``specbound.verify``, ``specbound.spectra``,
 ``specbound.proxies``, ``specbound.inspect`` and ``specbound.load_weights`` accept a path, a cached
 repo id, a state dict, a ``torch.nn.Module`` or a ``transformers`` model; ``specbound.theorem``
-assembles the theorem; ``specbound.DataSet`` is a labelled sample for ``certify(data=...)`` (which
+assembles the theorem; ``specbound.plan_n`` estimates the sample size a target bound needs and
+``specbound.monitor.BoundMonitor`` logs float estimates while a model trains (estimates, not bounds);
+``specbound.DataSet`` is a labelled sample for ``certify(data=...)`` (which
 also takes a ``.npz`` path or a mapping ``{"labels": ..., "tokens" or "inputs": ...}``).  They are
 loaded on first use, so
 ``import specbound`` stays light (it imports neither torch nor the numeric layers).
@@ -23,14 +25,15 @@ from typing import Any
 from .version import __version__
 
 _API = frozenset(
-    {"certify", "verify", "spectra", "proxies", "load_weights", "inspect", "theorem", "Certification",
+    {"certify", "verify", "spectra", "proxies", "load_weights", "inspect", "theorem", "plan_n", "Certification",
      "SpectraResult", "ProxiesResult"}
 )
+_MODULES = frozenset({"monitor"})
 _VERDICT = frozenset({"Verdict"})
 _DATA = frozenset({"DataSet"})
 _ERRORS = frozenset({"SpecboundError", "CheckpointError", "LayoutError", "NonFiniteError"})
 
-__all__ = sorted(_API | _ERRORS | _VERDICT | _DATA | {"__version__"})
+__all__ = sorted(_API | _ERRORS | _VERDICT | _DATA | _MODULES | {"__version__"})
 
 
 def __getattr__(name: str) -> Any:
@@ -51,8 +54,12 @@ def __getattr__(name: str) -> Any:
         from . import dataset
 
         return getattr(dataset, name)
+    if name in _MODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'specbound' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _API | _ERRORS | _VERDICT | _DATA)
+    return sorted(set(globals()) | _API | _ERRORS | _VERDICT | _DATA | _MODULES)

@@ -1,6 +1,6 @@
 """The Python API: one function per job, the path of the command of the same name too.
 
-``certify``, ``verify``, ``spectra``, ``proxies``, ``inspect``, ``theorem``, ``experiment`` and
+``certify``, ``verify``, ``spectra``, ``proxies``, ``inspect``, ``theorem``, ``plan_n``, ``experiment`` and
 ``scaling_study`` each compute exactly what ``specbound <job>`` computes: every command parses its
 arguments, calls the function here and renders the typed result it returns (this module never
 imports :mod:`specbound.commands`; tests/test_import_graph.py holds it to that).  ``load_weights``
@@ -23,13 +23,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from .certification import Certification
 from .checkpoint import CheckpointSource
 from .checkpoint import load_weights as _load_weights
 from .errors import SpecboundError, option
-from .formats.state_dict import InMemorySource, describe, is_in_memory
+from .module_source import label_of, source_of
 from .frames import dataframe, proxies_rows, spectra_rows
 
 # The numeric layers (torch) and the pipeline are imported inside the functions that need them, so
@@ -45,20 +45,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .inspection import Inspection
     from .matrices import AnalysisWeights
     from .numeric.proxies import ProxyResult
+    from .planning import SampleSizePlan
     from .numeric.spectra import NormSummary, Spectra
 
 
-def _label(model: CheckpointSource | None) -> str:
-    if model is None:
-        return "<embedded default>"
-    return describe(model) if is_in_memory(model) else str(model)
-
-
-def _source(model: CheckpointSource | None) -> CheckpointSource | None:
-    """What is handed to the pipeline: in-memory weights wrapped so they print as their label."""
-    if model is not None and is_in_memory(model) and not isinstance(model, InMemorySource):
-        return InMemorySource(model)
-    return model
+_label = label_of
+_source = source_of  # what is handed to the pipeline: in-memory weights wrapped so they print as their label
 
 
 def load_weights(
@@ -350,6 +342,16 @@ def theorem(route: str = "rademacher", *, overrides: Mapping[str, Any] | None = 
     return assemble(overrides, massart=massart, dudley=dudley, activation=activation, model=model)
 
 
+def plan_n(model: CheckpointSource | None = None, target: float | Sequence[float] | None = None,
+           **options: Any) -> SampleSizePlan:
+    """The n at which the float ESTIMATE of each route reaches each ``target``, as ``specbound plan``
+    prints it (:func:`specbound.planning.plan_n`: a pilot ``model`` with its ``data``, or an
+    ``architecture=`` at its initialisation; estimates, not bounds, under the assumptions the result states)."""
+    from .planning import plan_n as run_plan
+
+    return run_plan(model, target, **options)
+
+
 def experiment(config: ExperimentConfig, *, progress: Callable[[str], None] | None = None) -> ExperimentResult:
     """Train one reference model and measure it, as ``specbound experiment run`` does
     (:func:`specbound.experiment.run_experiment`)."""
@@ -369,6 +371,6 @@ def scaling_study(config: ScalingConfig, *, progress: Callable[[str], None] | No
 
 __all__ = [
     "Certification", "ProxiesResult", "SpectraResult",
-    "certify", "experiment", "inspect", "load_weights", "proxies", "scaling_study", "spectra", "theorem",
+    "certify", "experiment", "inspect", "load_weights", "plan_n", "proxies", "scaling_study", "spectra", "theorem",
     "verify",
 ]

@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "spectra": "singular values and norm summary per matrix",
     "inspect": "what is read from a checkpoint: family, config, tensors read and ignored, scope",
     "theorem": "the assembled theorem rendered from SymPy",
+    "plan": "the sample size n at which each route's float estimate reaches a target (estimates, not bounds)",
     "experiment": "train/evaluate reference models: bound vs observed error, scaling study",
 }
 
