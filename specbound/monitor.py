@@ -78,7 +78,7 @@ class BoundMonitor:
     def __init__(self, model: Any, data: Any, *, every: int = 100, csv: str | os.PathLike | None = None,
                  plot: str | os.PathLike | None = None, samples: int = ESTIMATE_SAMPLES, delta: float = 0.05,
                  seed: int = 0, say: Callable[[str], None] | None = ...) -> None:
-        from .data_file import as_dataset
+        from .data_source import as_dataset
         from .destination import check_file
 
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:

@@ -105,7 +105,7 @@ def pilot(tmp_path_factory):
 def test_a_pilot_model_plans_from_its_own_margins_and_norms(pilot):
     from specbound.checkpoint import load_weights
     from specbound.estimate import float_margins_of
-    from specbound.data_file import as_dataset
+    from specbound.data_source import as_dataset
 
     model, path, data = pilot
     plan = specbound.plan_n(path, target=0.5, data=data)
