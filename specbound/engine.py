@@ -16,7 +16,9 @@ process), ``scheduler`` the address of a Dask cluster; :func:`open_engine` makes
 
 Work is cut into *tasks* that describe what to compute, never the arrays: a :class:`Source`
 (checkpoint path, heads, view, SHA-256) plus a layer and the canonical indices of the matrices of
-one kind in it.  A task opens the checkpoint itself (safetensors are memory-mapped), builds only
+one kind in it.  A task opens the checkpoint itself (safetensors are memory-mapped), checks that
+its bytes have the client's SHA-256 (hashed once per process and file version; a worker that sees
+another file at the same path fails the run in one line), builds only
 that layer's matrices (:func:`specbound.checkpoint.load_layers`; the other layers are zero-memory
 placeholders), computes, and returns plain values: certified enclosures (sent between processes in
 their exact wire form, :mod:`specbound.certified.serialisation`: bit-identical balls), float spectra
@@ -339,11 +341,13 @@ def _weights(source: Source, layer: int | None):
     weights = _CACHE.get(key)
     if weights is None:
         _CACHE.clear()  # release the previous layer before reading the next
-        from .checkpoint import load_layers, load_weights
+        from .checkpoint import check_digest, load_layers, load_weights
 
         if layer is None:
             weights = load_weights(source.checkpoint, num_heads=source.num_heads, view=source.view)
-        else:
+            if source.portable:  # the bytes read here must be those the client hashed
+                check_digest(weights.extra.get("weights_file", source.checkpoint), weights.sha256, source.sha256)
+        else:  # load_layers checks the digest itself
             weights = load_layers(source.checkpoint, (layer,), num_heads=source.num_heads,
                                   view=source.view, sha256=source.sha256)
         _CACHE.clear()  # (a worker with several threads: keep one entry)

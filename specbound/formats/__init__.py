@@ -13,6 +13,8 @@ memory).  Each opener returns an :class:`Opened` record that
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,9 +42,35 @@ class Opened:
 
 
 def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks (bounded memory)."""
-    digest = hashlib.sha256()
+    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks (bounded memory).
+
+    A process hashes one version of a file once: the digest is remembered under the file's
+    identity (device, inode, size, modification and change times, read from the open file before
+    and after hashing).  A file whose times are within :data:`RACY_SECONDS` of now is hashed again
+    every time, because the kernel's coarse timestamps cannot tell two writes of that moment apart
+    (git's "racily clean" rule); a file that changed while it was hashed is not remembered."""
     with open(path, "rb") as fh:
+        key = _identity(os.fstat(fh.fileno()))
+        known = _DIGESTS.get(key)
+        if known is not None:
+            return known
+        digest = hashlib.sha256()
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
-    return digest.hexdigest()
+        value = digest.hexdigest()
+        if _identity(os.fstat(fh.fileno())) == key and time.time() - max(key[3], key[4]) / 1e9 > RACY_SECONDS:
+            if len(_DIGESTS) >= 4096:
+                _DIGESTS.clear()
+            _DIGESTS[key] = value
+    return value
+
+
+RACY_SECONDS = 2.0
+"""A file modified less than this long ago is hashed again on every request (see :func:`file_sha256`)."""
+
+_DIGESTS: dict[tuple[int, ...], str] = {}
+"""SHA-256 per file identity (:func:`_identity`), for this process."""
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)

@@ -386,3 +386,64 @@ def test_signals_end_a_run_on_a_scheduler_in_one_line(dask_cluster, sig, rc, lin
             time.sleep(0.2)
         assert not any(watcher.processing().values()), "the command's tasks outlived it"
         assert len(watcher.scheduler_info()["workers"]) == 2
+
+
+# ------------------------------------------------------------------------------------------------ issue 30: inputs
+
+
+def _swap_after_the_structure(monkeypatch, path: Path, replacement: Path) -> None:
+    """Replace ``path``'s file by ``replacement`` once the client has read the structure (and hashed
+    it), before any task opens it: every worker then sees another file at the same path."""
+    import os
+    import shutil
+
+    import specbound.pipeline as pipeline
+
+    real = pipeline.load_layers
+
+    def then_swap(*a, **k):
+        out = real(*a, **k)
+        tmp = path.with_name(path.name + ".swap")
+        shutil.copy(replacement, tmp)
+        os.replace(tmp, path)
+        return out
+
+    monkeypatch.setattr(pipeline, "load_layers", then_swap)
+
+
+def test_a_task_that_reads_other_bytes_than_the_client_fails(tmp_path):
+    from specbound.engine import enclose_task, source_of
+
+    path = gpt2_folder(tmp_path / "g")
+    weights = load_layers(path, ())
+    layer, idx = tasks_of(weights)[0]
+    enclose_task(source_of(path, num_heads=None, view="analysis", sha256=weights.sha256), layer, idx)
+    with pytest.raises(SpecboundError, match="other bytes than the client") as info:
+        enclose_task(source_of(path, num_heads=None, view="analysis", sha256="0" * 64), layer, idx)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("options", [[], ["--workers", "2"]])
+def test_a_worker_that_sees_another_file_at_the_same_path_fails_the_run(capsys, tmp_path, monkeypatch, options):
+    # the tasks (in process, or on pool workers forked after the swap) open the path and find other
+    # bytes: one line, exit 2, no certificate (before, the certificate named the client's sha256 over
+    # the enclosures of the other weights)
+    path = gpt2_folder(tmp_path / "g")
+    other = gpt2_folder(tmp_path / "h", gpt2_tensors(seed=1))  # same shapes, other weights
+    _swap_after_the_structure(monkeypatch, path / "model.safetensors", other / "model.safetensors")
+    out = tmp_path / "cert.json"
+    assert main(["certify", str(path), "--n", "1000000", "--out", str(out), *options]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "other bytes than the client" in err[0], err
+    assert not out.exists()
+
+
+def test_a_dask_worker_that_sees_another_file_fails_the_run(dask, tmp_path, monkeypatch):
+    from specbound.pipeline import certify
+
+    path = gpt2_folder(tmp_path / "g")
+    other = gpt2_folder(tmp_path / "h", gpt2_tensors(seed=1))
+    _swap_after_the_structure(monkeypatch, path / "model.safetensors", other / "model.safetensors")
+    with pytest.raises(SpecboundError, match="other bytes than the client") as info:
+        certify(path, n=10**6, engine=dask)
+    assert "\n" not in str(info.value)
