@@ -31,6 +31,7 @@ no partial result is returned.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Executor, Future, wait
 from contextlib import contextmanager
@@ -257,11 +258,24 @@ def _refuse_in_memory(items: Sequence[tuple]) -> None:
                              "(without workers or a scheduler)")
 
 
-def _count(workers) -> int | None:
+WORKERS_PER_CPU = 4
+"""A local pool has at most this many processes per CPU of the machine (:func:`max_workers`)."""
+
+
+def max_workers() -> int:
+    """The largest local pool: :data:`WORKERS_PER_CPU` processes per CPU, and at least 8.  More
+    processes than that only add memory (each holds a layer) and start-up time on one machine."""
+    return max(8, WORKERS_PER_CPU * (os.cpu_count() or 1))
+
+
+def _count(workers, option: str = "workers") -> int | None:
     if workers is None:
         return None
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise SpecboundError(f"workers must be an integer >= 1, got {workers!r}")
+        raise SpecboundError(f"{option} must be an integer >= 1, got {workers!r}")
+    if workers > max_workers():
+        raise SpecboundError(f"{option} must be at most {max_workers()} ({WORKERS_PER_CPU} per CPU of this "
+                             f"machine), got {workers}; for more, run the tasks on a Dask cluster (scheduler)")
     return workers
 
 
@@ -323,6 +337,7 @@ def engine_options(args: argparse.Namespace) -> dict:
             raise SpecboundError(f"--workers must be an integer, got {workers!r}") from None
         if workers < 1:
             raise SpecboundError(f"--workers must be >= 1, got {workers}")
+        _count(workers, "--workers")
     return {"workers": workers, "scheduler": getattr(args, "scheduler", None)}
 
 

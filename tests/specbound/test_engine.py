@@ -191,8 +191,10 @@ def test_no_engine_means_no_dask_import():
 @pytest.mark.parametrize("argv, needle", [
     (["--workers", "0"], "--workers must be >= 1"),
     (["--workers", "two"], "--workers must be an integer"),
+    (["--workers", "100000"], "--workers must be at most"),  # issue 30: no pool of 100000 processes
 ])
-def test_engine_options_are_checked_in_one_line(capsys, argv, needle):
+def test_engine_options_are_checked_in_one_line(capsys, monkeypatch, argv, needle):
+    _no_pool(monkeypatch)
     assert main(["certify", "--samples", "10", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
@@ -201,15 +203,28 @@ def test_engine_options_are_checked_in_one_line(capsys, argv, needle):
 @pytest.mark.parametrize("options, needle", [
     (dict(workers=0), "workers must be an integer >= 1, got 0"),
     (dict(workers=2.5), "workers must be an integer >= 1, got 2.5"),
+    (dict(workers=100000), "workers must be at most"),
     (dict(workers=2, scheduler="tcp://127.0.0.1:9"), "give one of workers / scheduler, not several"),
     (dict(workers=2, engine=InProcess()), "give one of engine / workers, not several"),
 ])
-def test_api_engine_options_are_checked_in_one_line(options, needle):
+def test_api_engine_options_are_checked_in_one_line(monkeypatch, options, needle):
     from specbound.pipeline import certify
 
+    _no_pool(monkeypatch)
     with pytest.raises(SpecboundError) as info:
         certify(samples=10, **options)
-    assert str(info.value) == needle
+    assert str(info.value).startswith(needle) and "\n" not in str(info.value)
+
+
+def _no_pool(monkeypatch) -> None:
+    """Refused options must not start a pool (were one of 100000 processes started, the test fails
+    at once instead of forking them)."""
+    import specbound.pool
+
+    def refuse(workers):
+        raise AssertionError(f"a pool of {workers} processes was started")
+
+    monkeypatch.setattr(specbound.pool, "start", refuse)
 
 
 def test_unreachable_scheduler_is_one_line(capsys):
