@@ -111,9 +111,15 @@ class _OnExecutor:
     remote = True
     """Whether tasks run in other processes: they then need a :attr:`Source.portable` source, and
     a failure there is reported as one line (in process, an error propagates as raised)."""
+    poll: float | None = None
+    """Seconds between calls of :meth:`_watch` while no task completes (None: wait without them)."""
 
     def _executor(self) -> Executor:
         raise NotImplementedError
+
+    def _watch(self) -> None:
+        """Called every :attr:`poll` seconds while tasks are pending and none completes: raises a
+        one-line SpecboundError when they can never complete (e.g. a cluster without workers)."""
 
     def _stop(self, pending: list[Future]) -> None:
         """Stop the tasks ``pending`` after a failure or an interrupt (without waiting for them)."""
@@ -145,7 +151,9 @@ class _OnExecutor:
             for _ in range(len(items) if self.window is None else self.window):
                 submit_next()
             while pending:
-                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                done, _ = wait(list(pending), timeout=self.poll, return_when=FIRST_COMPLETED)
+                if not done:
+                    self._watch()
                 for fut in done:
                     i = pending.pop(fut)
                     exc = _exception(fut)
@@ -216,16 +224,48 @@ class LocalPool(_OnExecutor):
             self._pool = None
 
 
+NO_WORKER_SECONDS = 60.0
+"""A run on a cluster that has had no worker for this long ends in one line: its tasks cannot run
+(no worker ever joined, or the only worker died and none replaced it)."""
+
+
 class DaskEngine(_OnExecutor):
-    """Runs tasks on the workers of a Dask cluster through ``client``."""
+    """Runs tasks on the workers of a Dask cluster through ``client``; a run whose cluster has had
+    no worker for :data:`NO_WORKER_SECONDS`, or whose scheduler stops answering, ends in one line
+    instead of waiting forever."""
+
+    poll = 1.0
 
     def __init__(self, client, name: str = "dask") -> None:
         self.client = client
         self.name = name
         self._futures = client.get_executor(retries=RETRIES, pure=False)
+        self._alone_since: float | None = None
 
     def _executor(self) -> Executor:
         return self._futures
+
+    def map(self, fn: Callable, items: Sequence[tuple], **kw) -> list:
+        self._alone_since = None
+        return super().map(fn, items, **kw)
+
+    def _watch(self) -> None:
+        import time
+
+        try:
+            workers = self.client.nthreads(callback_timeout=max(self.poll * 10, NO_WORKER_SECONDS / 2))
+        except Exception as exc:  # noqa: BLE001 - the scheduler went away or stopped answering
+            raise SpecboundError(f"{self.name}: the scheduler does not answer ({type(exc).__name__}: "
+                                 f"{one_line(exc)})") from None
+        now = time.monotonic()
+        if workers:
+            self._alone_since = None
+        elif self._alone_since is None:
+            self._alone_since = now
+        elif now - self._alone_since >= NO_WORKER_SECONDS:
+            raise SpecboundError(
+                f"{self.name}: no worker for {NO_WORKER_SECONDS:g} s, so the tasks cannot run (none joined, "
+                "or the last one died); start workers with `dask worker ADDRESS`")
 
     def share(self, value: Any) -> Any:
         return self.client.scatter(value, broadcast=False)

@@ -462,3 +462,63 @@ def test_a_dask_worker_that_sees_another_file_fails_the_run(dask, tmp_path, monk
     with pytest.raises(SpecboundError, match="other bytes than the client") as info:
         certify(path, n=10**6, engine=dask)
     assert "\n" not in str(info.value)
+
+
+# ------------------------------------------------------------------------------------------------ issue 30: no hang
+
+
+def _bounded(code: str, timeout: float = 120):
+    """Run ``code`` in a fresh interpreter with ``NO_WORKER_SECONDS = 2``; a hang fails the test
+    after ``timeout`` seconds instead of blocking the suite."""
+    import subprocess
+    import sys
+
+    prelude = "import specbound.engine as e; e.NO_WORKER_SECONDS = 2.0\n"
+    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def scheduler_alone():
+    """A Dask scheduler with no worker (the test's own)."""
+    distributed = pytest.importorskip("distributed")
+    import logging
+
+    with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=":0",
+                                  silence_logs=logging.ERROR) as cluster:
+        yield cluster.scheduler_address
+
+
+def test_a_scheduler_with_no_worker_ends_in_one_line(scheduler_alone, tmp_path):
+    path = gpt2_folder(tmp_path / "g")
+    out = _bounded(f"from specbound.cli import main; raise SystemExit(main(['spectra', {str(path)!r}, "
+                   f"'--scheduler', {scheduler_alone!r}]))")
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(err) == 1 and "no worker for 2 s" in err[0], out.stderr
+
+
+def test_a_run_whose_only_worker_dies_ends_in_one_line(scheduler_alone):
+    # a worker without a nanny, killed mid-task: nothing restarts it, and the client must not wait forever
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from distributed import Client
+
+    worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", scheduler_alone, "--no-nanny",
+                               "--nthreads", "1", "--no-dashboard"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with Client(scheduler_alone, timeout=30) as watcher:
+            watcher.wait_for_workers(1, timeout=60)
+        killer = threading.Timer(8.0, worker.send_signal, (signal.SIGKILL,))
+        killer.start()
+        out = _bounded("import time\nfrom specbound.errors import SpecboundError\n"
+                       f"with e.open_engine(scheduler={scheduler_alone!r}) as engine:\n"
+                       "    try:\n        engine.map(time.sleep, [(300,)])\n"
+                       "    except SpecboundError as exc:\n        print('ERROR', exc)\n")
+        killer.cancel()
+        assert out.returncode == 0 and out.stdout.startswith("ERROR") and "no worker for 2 s" in out.stdout, out
+    finally:
+        worker.kill()
+        worker.wait()
