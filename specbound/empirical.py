@@ -60,7 +60,10 @@ class EmpiricalSource:
 def _record(checkpoint: str | os.PathLike | None) -> dict | None:
     """The training record of an own-format model: the embedded default's ``default.json``, or a
     ``<checkpoint>.json`` written next to a trained checkpoint (None if absent or unreadable)."""
-    path = default_checkpoint_path().with_suffix(".json") if checkpoint is None else Path(checkpoint).with_suffix(".json")
+    try:
+        path = (default_checkpoint_path() if checkpoint is None else Path(checkpoint)).with_suffix(".json")
+    except ValueError:  # a source without a file name ('.'): no record beside it
+        return None
     if not path.is_file():
         return None
     try:

@@ -250,13 +250,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_destination(args) -> None:
     """--out: writable, and never one of this command's inputs (checked before any work)."""
-    from specbound.destination import check_file, check_folder, default_inputs, input_files
+    from specbound.destination import check_file, check_folder, checkpoint_inputs, input_files
+    from specbound.report import CONTRIBUTIONS_BY_LAYER_PNG, SPECTRAL_DECAY_PNG
 
-    inputs = input_files(args.checkpoint, args.data)
-    if args.checkpoint is None:
-        inputs += default_inputs()
+    inputs = checkpoint_inputs(args.checkpoint) + input_files(args.data)
     check_file(args.out, "--out", inputs)
-    check_folder(args.report, "--report")
+    check_folder(args.report, "--report", inputs, (SPECTRAL_DECAY_PNG, CONTRIBUTIONS_BY_LAYER_PNG))
 
 
 def _write(path, cert) -> None:

@@ -355,3 +355,73 @@ def test_an_interrupt_while_the_command_module_imports_is_one_line(monkeypatch, 
     assert cli.main(["certify"]) == 130
     out, err = capsys.readouterr()
     assert out == "" and err.strip().splitlines() == ["specbound: interrupted"]
+
+
+# ---------------------------------------------------------------- issue 30: every file read is an input
+
+
+@pytest.fixture
+def sharded(tmp_path):
+    """A sharded GPT-2 folder whose shards have no weights suffix (the index names them)."""
+    from safetensors.numpy import save_file
+
+    from .test_engine import gpt2_tensors
+
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    tensors = gpt2_tensors()
+    names = sorted(tensors)
+    half = len(names) // 2
+    wmap = {}
+    for shard, part in (("part-a", names[:half]), ("part-b", names[half:])):
+        save_file({k: tensors[k] for k in part}, str(folder / shard))
+        wmap.update({k: shard for k in part})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wmap}))
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 3, "n_head": 3, "n_embd": 24}))
+    return folder
+
+
+@pytest.mark.parametrize("given", ["folder", "index"])
+@pytest.mark.parametrize("target", ["part-a", "part-b", "config.json", "model.safetensors.index.json"])
+def test_out_may_not_replace_a_shard_or_the_config_of_a_sharded_checkpoint(capsys, sharded, given, target):
+    source = sharded if given == "folder" else sharded / "model.safetensors.index.json"
+    refused(capsys, ["certify", source, "--n", "1000", "--out", sharded / target], sharded.parent, "input")
+    refused(capsys, ["spectra", source, "--csv", sharded / target], sharded.parent, "input")
+
+
+def test_out_may_not_replace_the_training_record(capsys, files):
+    d, own, _ = files
+    record = own.with_suffix(".json")
+    assert not record.exists()  # even absent: a record written there would change the next run's S
+    refused(capsys, ["certify", own, *EMP, "--out", record], d, "input")
+    record.write_text(json.dumps({"task": {}}))
+    try:
+        refused(capsys, ["certify", own, *EMP, "--out", record], d, "input")
+    finally:
+        record.unlink()
+
+
+def test_out_may_not_write_into_a_cached_repo(capsys, tmp_path, monkeypatch):
+    from .test_formats_hf_cache import REPO, fake_cache
+
+    hub = tmp_path / "hub"
+    snap = fake_cache(hub)
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    for target in (snap / "config.json", snap / "model.safetensors", snap / "cert.json",
+                   snap.parent.parent / "blobs" / "bbb"):
+        refused(capsys, ["certify", REPO, *EMP, "--out", target], hub, "input")
+    refused(capsys, ["spectra", REPO, "--csv", snap / "config.json"], hub, "input")
+    assert main(["spectra", REPO, "--json"]) == 0  # the cached model still loads
+
+
+@pytest.mark.parametrize("command", ["spectra", "proxies"])
+def test_report_may_not_replace_a_checkpoint_named_like_a_report_file(capsys, tmp_path, command):
+    from .test_engine import gpt2_tensors
+
+    folder = tmp_path / "report"
+    folder.mkdir()
+    from safetensors.numpy import save_file
+
+    ckpt = folder / "spectral_decay.png"  # a safetensors file with a report file's name
+    save_file(gpt2_tensors(), str(ckpt))
+    refused(capsys, [command, ckpt, "--num-heads", "3", "--report", folder], tmp_path, "--report", "input")
