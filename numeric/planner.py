@@ -178,11 +178,16 @@ def _take(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
 
 
 def plan_for(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, margins=None) -> BoundPlan:
-    """:func:`choose_plan` on already computed network facts (``numeric.bound.evaluate`` plans with it)."""
-    plan = _rademacher_plan(ct, facts, settings, margins)
-    if ROUTE_OCCAM in settings.routes and margins is not None:
-        plan = replace(plan, occam=plan_occam(ct, facts, settings, margins, plan.m))
-    return plan
+    """:func:`choose_plan` on already computed network facts (``numeric.bound.evaluate`` plans with it).
+
+    Float overflow and invalid operations are expected here (extreme margins or weights make some
+    candidates infinite or NaN; they lose the comparisons) and are not reported as warnings: the
+    plan only chooses, and the certified evaluation decides what the bound is."""
+    with np.errstate(all="ignore"):
+        plan = _rademacher_plan(ct, facts, settings, margins)
+        if ROUTE_OCCAM in settings.routes and margins is not None:
+            plan = replace(plan, occam=plan_occam(ct, facts, settings, margins, plan.m))
+        return plan
 
 
 def _rademacher_plan(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, margins) -> BoundPlan:
@@ -226,7 +231,8 @@ def _rademacher_plan(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSe
         if len(order) == 1:
             return plan
         value = evaluate_facts(ct, facts, settings, plan, margins=marg).bound
-        if value < best_value:
+        # the first finalist stands when no value is finite: floats only choose, any plan is valid
+        if best_plan is None or value < best_value:
             best_plan, best_value = plan, value
     return best_plan
 

@@ -123,10 +123,12 @@ def _container_of(path: Path) -> str:
         return "npz"
     if head[:4] == b"GGUF":
         return "gguf"
+    # safetensors: a u64 header length that fits in the file, then the JSON header.  Checked before
+    # the pickle marker: a header length whose low byte is 0x80 starts with the same byte.
+    if len(head) == 9 and head[8:9] == b"{" and 8 + int.from_bytes(head[:8], "little") <= path.stat().st_size:
+        return "safetensors"
     if head[:1] == b"\x80":  # pickle protocol marker: legacy torch.save
         return "torch"
-    if len(head) == 9 and head[8:9] == b"{":  # u64 header length, then the JSON header
-        return "safetensors"
     raise CheckpointError(
         f"{path}: not a recognized checkpoint (expected .safetensors, a PyTorch state dict "
         f".pt/.pth/.bin, .npz, .gguf, or a Hugging Face folder)"

@@ -15,6 +15,7 @@ import importlib
 import os
 import signal
 import sys
+import warnings
 
 from . import __version__
 from .errors import SpecboundError, one_line
@@ -91,7 +92,32 @@ feed-forward matrix): one BLAS thread is faster there, and far faster when other
 the cores (idle OpenBLAS threads spin).  Set before numpy loads; the user's own setting wins."""
 
 
+FLOAT_WARNINGS = r"(overflow|invalid value|divide by zero|underflow) encountered"
+"""numpy's floating-point warnings: float choices may overflow (they only choose; the certified
+evaluation decides), and such a warning must never precede a result or the one error line."""
+
+BROKEN_PIPE = 141
+"""Exit status when the reader of stdout went away (``| head``): 128 + SIGPIPE, as a shell reports
+a program stopped by a closed pipe; never 1, which ``verify`` uses for INVALID."""
+
+
 def main(argv: list[str] | None = None) -> int:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=FLOAT_WARNINGS, category=RuntimeWarning)
+        return _main(argv)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing what is left at exit cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real stdout (captured): nothing to flush
+        pass
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "numpy" not in sys.modules and any(a in SINGLE_THREAD_BLAS for a in argv):
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -119,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     except SpecboundError as exc:
         print(f"specbound: error: {one_line(exc)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of stdout went away: stop quietly
+        _quiet_stdout()
+        return BROKEN_PIPE
     except KeyboardInterrupt:
         print("specbound: interrupted", file=sys.stderr)
         return 130

@@ -10,7 +10,6 @@ certified), or none (only complexity + confidence are certified).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from specbound.data_file import check_labels, data_sha256, dataset_from_arrays, 
 from specbound.data_source import as_dataset
 from specbound.dataset import DataSet
 from specbound.errors import SpecboundError, option
+from specbound.formats.json_file import read_json
 from specbound.tasks import Task, training_sample_of
 from specbound.vocabulary import (
     CAPABILITY_RECORDED_TASK, CERTIFIED_SOURCES, EMPIRICAL_DATA, EMPIRICAL_NONE, EMPIRICAL_SOURCES,
@@ -57,19 +57,27 @@ class EmpiricalSource:
     """SHA-256 of the sample's canonical arrays (:func:`specbound.data_file.data_sha256`; certified sources)."""
 
 
+def record_path(checkpoint: str | os.PathLike | None) -> Path | None:
+    """Where the training record of ``checkpoint`` is: ``<checkpoint>.json`` (the embedded default's
+    ``default.json``); None for a source without a file name."""
+    try:
+        return (default_checkpoint_path() if checkpoint is None else Path(checkpoint)).with_suffix(".json")
+    except ValueError:  # '.', '/': no record beside it
+        return None
+
+
+MAX_RECORD_BYTES = 16 << 20
+"""A training record is a small JSON file; a larger one is refused unread."""
+
+
 def _record(checkpoint: str | os.PathLike | None) -> dict | None:
     """The training record of an own-format model: the embedded default's ``default.json``, or a
-    ``<checkpoint>.json`` written next to a trained checkpoint (None if absent or unreadable)."""
-    try:
-        path = (default_checkpoint_path() if checkpoint is None else Path(checkpoint)).with_suffix(".json")
-    except ValueError:  # a source without a file name ('.'): no record beside it
+    ``<checkpoint>.json`` written next to a trained checkpoint (None if absent or not a JSON object;
+    a file that is not readable JSON is a one-line error, :func:`specbound.formats.json_file.read_json`)."""
+    path = record_path(checkpoint)
+    if path is None or not path.is_file():
         return None
-    if not path.is_file():
-        return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    record = read_json(path, "training record", max_bytes=MAX_RECORD_BYTES, error=SpecboundError)
     return record if isinstance(record, dict) else None
 
 
@@ -84,36 +92,36 @@ def task_record(weights, checkpoint: str | os.PathLike | None) -> dict | None:
 
 def training_record(checkpoint: str | os.PathLike | None) -> dict | None:
     """``{"task", "data_seed", "n"}`` when the training record asks for its training sample as the
-    bound sample (key ``"bound_sample": "train"``, with ``config.data_seed`` and ``config.n_train``)."""
+    bound sample (key ``"bound_sample": "train"``, with ``config.data_seed`` and ``config.n_train``);
+    such a record without them is a one-line error, not a silent change of S."""
     record = _record(checkpoint)
     if record is None or record.get("bound_sample") != "train":
         return None
     try:
         task, config = record["task"], record["config"]
         return {"task": task, "data_seed": int(config["data_seed"]), "n": int(config["n_train"])}
-    except (KeyError, TypeError, ValueError):
-        return None
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise SpecboundError(f"{record_path(checkpoint)}: the training record asks for its training sample but "
+                             f"its task, config.data_seed or config.n_train is missing or malformed "
+                             f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
 
 
-def train_sample(detail: dict) -> DataSet:
-    """The training sample S of a recorded training run, regenerated (:func:`training_sample_of`)."""
-    task = Task.from_record(detail["task"])
-    tokens, labels = training_sample_of(task, int(detail["n"]), int(detail["data_seed"]))
-    return dataset_from_arrays(labels, tokens=tokens,
-                               source=f"training sample S of task {task.name} (data seed {detail['data_seed']}, n {detail['n']})")
-
-
-# a recorded task longer than MAX_TASK_SEQ_LEN, or a sample of more tokens than MAX_TASK_TOKENS, is
-# refused before anything is allocated (a task record is a small JSON file anyone can edit)
-
-
-def task_sample(task: dict, n: int, seed: int) -> DataSet:
-    """``n`` fresh i.i.d. samples of a recorded task, drawn with ``numpy.random.default_rng(seed)``."""
+def checked_task(task, n) -> tuple[Task, int]:
+    """(the :class:`Task` of a recorded task description, the sample size ``n`` as an int), after
+    the limits every drawn sample obeys, fresh or the training sample alike: 1 <= n <=
+    MAX_TASK_SAMPLES, 1 <= seq_len <= MAX_TASK_SEQ_LEN, n * seq_len <= MAX_TASK_TOKENS, at most
+    seq_len positions, 2 <= vocab_size <= 2^31.  Checked before anything is allocated (a record is a
+    small JSON file anyone can edit); every failure is one line."""
     try:
+        if not isinstance(task, dict):
+            raise SpecboundError(f"recorded task is not a JSON object ({type(task).__name__})")
+        if isinstance(n, bool) or not isinstance(n, (int, str)) or not 1 <= int(n) <= MAX_TASK_SAMPLES:
+            raise SpecboundError(f"recorded task: sample size {n!r} is outside [1, {MAX_TASK_SAMPLES}]")
+        n = int(n)
         seq_len = int(task["seq_len"])
         if not 1 <= seq_len <= MAX_TASK_SEQ_LEN:
             raise SpecboundError(f"recorded task: seq_len {seq_len} is outside [1, {MAX_TASK_SEQ_LEN}]")
-        if int(n) * seq_len > MAX_TASK_TOKENS:
+        if n * seq_len > MAX_TASK_TOKENS:
             raise SpecboundError(f"recorded task: {n} samples of length {seq_len} exceed "
                                  f"{MAX_TASK_TOKENS} tokens")
         positions = task["positions"]
@@ -122,12 +130,42 @@ def task_sample(task: dict, n: int, seed: int) -> DataSet:
         vocab = int(task.get("vocab_size", 3))
         if not 2 <= vocab <= 2**31:
             raise SpecboundError(f"recorded task: vocab_size {vocab} is outside [2, 2^31]")
-        t = Task.from_record(task)
-        tokens, labels = t.sample(int(n), np.random.default_rng(int(seed)))
+        bits = task.get("symbol_bits", [0, 1])
+        if not isinstance(bits, list) or len(bits) > vocab:
+            raise SpecboundError("recorded task: 'symbol_bits' must be a list of at most vocab_size bits")
+        return Task.from_record(task), n
     except SpecboundError:
         raise
     except (KeyError, TypeError, ValueError, OverflowError, IndexError) as exc:
         raise SpecboundError(f"recorded task is malformed ({type(exc).__name__}: {' '.join(str(exc).split())})") from None
+
+
+def _seed(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise SpecboundError(f"{what} {value!r} is not an integer")
+    try:
+        seed = int(value)
+    except ValueError:
+        raise SpecboundError(f"{what} {value!r} is not an integer") from None
+    if not 0 <= seed < 2**128:
+        raise SpecboundError(f"{what} {seed} is outside [0, 2^128)")
+    return seed
+
+
+def train_sample(detail: dict) -> DataSet:
+    """The training sample S of a recorded training run, regenerated (:func:`training_sample_of`)."""
+    task, n = checked_task(detail.get("task"), detail.get("n"))
+    seed = _seed(detail.get("data_seed"), "data seed")
+    tokens, labels = training_sample_of(task, n, seed)
+    return dataset_from_arrays(labels, tokens=tokens,
+                               source=f"training sample S of task {task.name} (data seed {seed}, n {n})")
+
+
+def task_sample(task: dict, n: int, seed: int) -> DataSet:
+    """``n`` fresh i.i.d. samples of a recorded task, drawn with ``numpy.random.default_rng(seed)``."""
+    t, n = checked_task(task, n)
+    seed = _seed(seed, "seed")
+    tokens, labels = t.sample(n, np.random.default_rng(seed))
     return dataset_from_arrays(labels, tokens=tokens, source=f"task {t.name} (seed {seed}, n {n})")
 
 

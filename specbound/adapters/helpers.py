@@ -29,6 +29,7 @@ kept as :attr:`NamedMatrix.scale_sq` (1 for d_h = 4, 16, 64, 256, ...).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -101,6 +102,17 @@ def positive_int(ckpt, what: str, text, where: str) -> int | None:
     if value <= 0:
         raise LayoutError(f"{ckpt.path}: {where} {what}={value} must be positive")
     return value
+
+
+def finite_number(ckpt, what: str, value, where: str, minimum: float = 0) -> Fraction | None:
+    """``value`` as the exact rational of a finite real number >= ``minimum`` (None stays None);
+    a string, an array, a bool, NaN, an infinity or a smaller number is a one-line LayoutError."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < minimum:
+        raise LayoutError(f"{ckpt.path}: {where} {what}={_short(value)} is not a finite number >= {minimum}")
+    return Fraction(value)
 
 
 def activation(ckpt, name: str) -> str:
@@ -484,10 +496,15 @@ def one_prefix(ckpt, found: dict[str, set[int]], family: str) -> tuple[str, set[
 
 
 def two_d(ckpt, name: str) -> tuple[int, int]:
+    """The shape of a 2-D weight; one line when it is not 2-D or has an empty axis (an empty
+    weight would make the model's dimensions, and the score scale 1/d_h, zero)."""
     shape = ckpt.shape(name)
     if len(shape) != 2:
         raise LayoutError(f"{ckpt.path}: tensor '{name}' has shape {tuple(shape)} ({len(shape)}-D), "
                           f"expected a 2-D weight")
+    if min(int(d) for d in shape) < 1:
+        raise LayoutError(f"{ckpt.path}: tensor '{name}' has shape {tuple(int(d) for d in shape)}: an empty "
+                          "weight (every covered matrix needs both dimensions >= 1)")
     return int(shape[0]), int(shape[1])
 
 
@@ -526,6 +543,9 @@ def resolve_facts(ckpt, config: Config, table: NameTable, prefix: str, layers: s
     ff_name = n0["gate"] if table.gated else n0["ff_in"]
     ff_out, ff_in = two_d(ckpt, ff_name)
     d_ff = config.first_int(*ff_keys) or (ff_out if transposed else ff_in)
+    if min(N, d, d_ff) < 1:
+        raise LayoutError(f"{ckpt.path}: width {N}, head dimension {d} and feed-forward width {d_ff} must all be "
+                          f">= 1 (from layer 0's shapes and the config)")
     return Facts(num_layers=L, num_heads=H, width=N, head_dim=d, ff_dim=d_ff,
                  num_kv_heads=H_kv if H_kv != H else 0)
 

@@ -98,8 +98,10 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
         act = helpers.agree(ckpt, "activation", default_act, activation,
                             f"GGUF architecture {arch!r}")
         source = f"GGUF general.architecture {arch!r} -> {act}"
-        stated = config.value(f"{arch}.attention.scale")
-        scale_sq = (Fraction(stated) ** 2 if stated else Fraction(1, facts.head_dim))
+        stated = helpers.finite_number(ckpt, f"{arch}.attention.scale", config.value(f"{arch}.attention.scale"),
+                                       "GGUF metadata", minimum=0)
+        # llama.cpp: kq_scale = attention.scale, or 1/sqrt(key_length) when it is 0 or absent
+        scale_sq = Fraction(stated) ** 2 if stated else Fraction(1, facts.head_dim)
     else:
         family = str(config.value("model_type", "llama"))
         facts = helpers.resolve_facts(

@@ -47,13 +47,9 @@ def say_written(paths) -> None:
 
 
 def console():
-    from rich.console import Console
+    from specbound.terminal import console as terminal_console
 
-    # Piped output keeps whole rows instead of rich's 80-column default.
-    out = Console(highlight=False)
-    if not out.is_terminal:
-        out = Console(highlight=False, width=160)
-    return out
+    return terminal_console()
 
 
 def _fmt(x: float) -> str:

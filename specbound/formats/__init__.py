@@ -74,3 +74,47 @@ _DIGESTS: dict[tuple[int, ...], str] = {}
 
 def _identity(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+MAX_STATE_DEPTH = 32
+"""Nesting of a state dict beyond this is not a checkpoint."""
+
+
+def flatten_nested(obj: Mapping, label: object, is_leaf: Callable[[Any], bool],
+                   on_other: Callable[[str, Any], None], skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """``{dotted name: leaf}`` of a nested state dict, in its own order (nested mappings joined with
+    ``.``, as ``torch.nn.Module.state_dict`` names them); ``on_other(name, value)`` is called for a
+    value that is neither a mapping nor a leaf; top-level keys in ``skip`` are left out.
+
+    Without recursion, whatever the depth.  One-line CheckpointError (naming ``label``) for a
+    mapping that contains itself, nesting deeper than :data:`MAX_STATE_DEPTH`, or two entries that
+    flatten to the same name (``{"a": {"b": x}, "a.b": y}``): which of them is the weight cannot be
+    known, so neither is chosen."""
+    from ..errors import CheckpointError
+
+    out: dict[str, Any] = {}
+    stack = [(iter(obj.items()), "", (id(obj),))]
+    while stack:
+        items, prefix, ancestors = stack[-1]
+        entry = next(items, None)
+        if entry is None:
+            stack.pop()
+            continue
+        key, value = entry
+        if not prefix and key in skip:
+            continue
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            if id(value) in ancestors:
+                raise CheckpointError(f"{label}: the state dict contains itself (at '{name}')")
+            if len(ancestors) >= MAX_STATE_DEPTH:
+                raise CheckpointError(f"{label}: the state dict is nested deeper than {MAX_STATE_DEPTH} levels")
+            stack.append((iter(value.items()), f"{name}.", ancestors + (id(value),)))
+        elif is_leaf(value):
+            if name in out:
+                raise CheckpointError(f"{label}: two entries are named '{name}' once nested names are joined "
+                                      "with '.': refusing to choose one")
+            out[name] = value
+        else:
+            on_other(name, value)
+    return out

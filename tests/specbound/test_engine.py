@@ -522,3 +522,42 @@ def test_a_run_whose_only_worker_dies_ends_in_one_line(scheduler_alone):
     finally:
         worker.kill()
         worker.wait()
+
+
+# ------------------------------------------------------------------------------------------------ issue 30: Ctrl-C
+
+
+def test_ctrl_c_while_pool_workers_start_prints_no_worker_traceback():
+    # the terminal sends Ctrl-C to the whole process group; a worker that received it before its
+    # initializer ignored SIGINT printed a KeyboardInterrupt traceback.  The window is widened here
+    # (a slow step of the child's bootstrap, before the initializer), so the signal surely lands in
+    # it, and the parent waits before stopping the pool, so a traceback would have time to print.
+    import subprocess
+    import sys
+
+    code = """
+import os, signal, time
+import multiprocessing.util as util
+import specbound.pool as pool
+real = util._close_stdin
+def slow():
+    time.sleep(1.5)
+    real()
+util._close_stdin = slow
+executor = pool.start(2)
+try:
+    executor.submit(pow, 2, 3)
+    time.sleep(0.5)
+    os.killpg(0, signal.SIGINT)
+    time.sleep(5)
+    print("not interrupted")
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    time.sleep(3)
+finally:
+    pool.terminate(executor)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         start_new_session=True)
+    assert out.stdout.strip() == "interrupted", out
+    assert "Traceback" not in out.stderr and "KeyboardInterrupt" not in out.stderr, out.stderr

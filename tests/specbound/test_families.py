@@ -477,3 +477,29 @@ def test_gguf_architecture_and_soft_capping_are_checked(tmp_path):
         load_weights(write("granite", {"granite.residual_scale": 0.22}))
     with pytest.raises(LayoutError, match="gemma2.attn_logit_softcapping=50.0"):
         load_weights(write("gemma2", {"gemma2.attn_logit_softcapping": 50.0}))
+
+
+@pytest.mark.parametrize("value", ["0.125", float("nan"), float("inf"), -0.125, [0.125, 0.25]])
+def test_a_gguf_attention_scale_that_is_not_a_finite_number_is_one_line(tmp_path, value):
+    gguf = pytest.importorskip("gguf")
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "scale.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_uint32("llama.attention.head_count", 2)
+    if isinstance(value, str):
+        w.add_string("llama.attention.scale", value)
+    elif isinstance(value, list):
+        w.add_array("llama.attention.scale", value)
+    else:
+        w.add_float32("llama.attention.scale", value)
+    for name, shape in (("attn_q", (32, 32)), ("attn_k", (32, 32)), ("attn_v", (32, 32)), ("attn_output", (32, 32)),
+                        ("ffn_gate", (64, 32)), ("ffn_up", (64, 32)), ("ffn_down", (32, 64))):
+        w.add_tensor(f"blk.0.{name}.weight", (0.1 * rng.standard_normal(shape)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(LayoutError, match="llama.attention.scale=.* is not a finite number") as info:
+        load_weights(path)
+    assert "\n" not in str(info.value)
