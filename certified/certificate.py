@@ -343,15 +343,38 @@ def to_json(result) -> dict:
 # verification
 
 
+VALID = "VALID"
+"""Every field recomputed and matched."""
+
+INVALID = "INVALID"
+"""A field does not match its recomputation."""
+
+VALID_EXCEPT_EMPIRICAL = "VALID EXCEPT EMPIRICAL TERM (not recomputed)"
+"""Every recomputed field matched, but the certified empirical term (and the Occam route's count
+K^, when in force) was taken from the certificate (``verify --trust-empirical``): a consistent
+forgery of it would pass, so this is never VALID."""
+
+EXIT_STATUS = {VALID: 0, INVALID: 1, VALID_EXCEPT_EMPIRICAL: 3}
+"""The exit status of ``specbound verify`` for each verdict (2 is bad input, as for every command)."""
+
+NOT_RECOMPUTED = ("taken from the certificate, NOT recomputed by this verification (--trust-empirical): "
+                  "the certified forward passes were not re-run")
+"""What the scope block ``verify`` prints says of an empirical term it did not recompute."""
+
+
 @dataclass
 class VerificationReport:
-    """``valid`` iff no mismatch; each mismatch is (field path, recorded, recomputed)."""
+    """Each mismatch is (field path, recorded, recomputed); ``unchecked`` names what was taken from
+    the certificate without recomputation.  :attr:`status` is VALID (no mismatch, nothing taken on
+    trust), INVALID (a mismatch) or VALID EXCEPT EMPIRICAL TERM (no mismatch, but the certified
+    empirical term was not recomputed); ``valid`` is True only for VALID."""
 
     mismatches: list[tuple[str, str, str]] = field(default_factory=list)
     checked: int = 0
     notes: list[str] = field(default_factory=list)
     scope: dict = field(default_factory=dict)  #: the scope block recomputed from the checkpoint
     verdict: Verdict | None = None  #: the verdict recomputed from the checkpoint (None until known)
+    unchecked: list[str] = field(default_factory=list)  #: what was taken from the certificate on trust
 
     def compare(self, path: str, recorded, recomputed) -> None:
         """Count one check of a field that must equal its recomputed value."""
@@ -360,16 +383,30 @@ class VerificationReport:
             self.add(path, recorded, recomputed)
 
     @property
+    def status(self) -> str:
+        """VALID, INVALID or VALID EXCEPT EMPIRICAL TERM (not recomputed) (see the class docstring)."""
+        if self.mismatches:
+            return INVALID
+        return VALID_EXCEPT_EMPIRICAL if self.unchecked else VALID
+
+    @property
     def valid(self) -> bool:
-        return not self.mismatches
+        """Every field recomputed and matched (False when something was taken on trust)."""
+        return self.status == VALID
+
+    @property
+    def exit_status(self) -> int:
+        """The exit status of ``specbound verify`` (:data:`EXIT_STATUS`)."""
+        return EXIT_STATUS[self.status]
 
     def add(self, path: str, recorded, recomputed) -> None:
         self.mismatches.append((path, str(recorded), str(recomputed)))
 
     def as_dict(self) -> dict:
-        """The report as a JSON-able dict (``specbound verify --json``): validity, checks, every
-        mismatch, notes, the recomputed scope block and verdict (None until known)."""
-        return {"valid": self.valid, "checked": self.checked,
+        """The report as a JSON-able dict (``specbound verify --json``): status, validity, checks,
+        what was not recomputed, every mismatch, notes, the recomputed scope block and verdict."""
+        return {"status": self.status, "valid": self.valid, "checked": self.checked,
+                "not_recomputed": list(self.unchecked),
                 "mismatches": [{"field": p, "recorded": a, "recomputed": b} for p, a, b in self.mismatches],
                 "notes": list(self.notes), "scope": dict(self.scope),
                 "verdict": None if self.verdict is None else asdict(self.verdict)}
@@ -377,15 +414,24 @@ class VerificationReport:
     def lines(self) -> list[str]:
         scope = scope_lines(self.scope) if self.scope else []
         notes = [f"note: {n}" for n in self.notes]
-        if self.valid:
+        status = self.status
+        if status == INVALID:
+            return [INVALID] + [f"{p}: recorded {a}, recomputed {b}" for p, a, b in self.mismatches] + scope + notes
+        head = [f"{status} ({self.checked} checks)"]
+        if self.unchecked:
+            head[0] += f"; not recomputed: {', '.join(self.unchecked)} (taken from the certificate)"
+        if self.verdict is not None:
             # what was verified: the recomputed verdict and number, and what the number is for
-            if self.verdict is None:
-                return [f"VALID ({self.checked} checks)"] + scope + notes
-            head = [f"VALID ({self.checked} checks); verdict: {self.verdict.label}", f"  {self.verdict.headline}"]
+            if self.unchecked:
+                verb = "is" if len(self.unchecked) == 1 else "are"
+                head += [f"  verdict IF the certificate's {', '.join(self.unchecked)} {verb} right: {self.verdict.label}",
+                         f"  {self.verdict.headline.removeprefix('certified ')} (if so)"]
+            else:
+                head[0] += f"; verdict: {self.verdict.label}"
+                head.append(f"  {self.verdict.headline}")
             if self.scope:
                 head.append(f"  for {scope_summary(self.scope)}")
-            return head + scope + notes
-        return ["INVALID"] + [f"{p}: recorded {a}, recomputed {b}" for p, a, b in self.mismatches] + scope + notes
+        return head + scope + notes
 
 
 MAX_CERTIFICATE_BYTES = 64 * 2**20

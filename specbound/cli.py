@@ -96,25 +96,10 @@ FLOAT_WARNINGS = r"(overflow|invalid value|divide by zero|underflow) encountered
 """numpy's floating-point warnings: float choices may overflow (they only choose; the certified
 evaluation decides), and such a warning must never precede a result or the one error line."""
 
-BROKEN_PIPE = 141
-"""Exit status when the reader of stdout went away (``| head``): 128 + SIGPIPE, as a shell reports
-a program stopped by a closed pipe; never 1, which ``verify`` uses for INVALID."""
-
-
 def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=FLOAT_WARNINGS, category=RuntimeWarning)
         return _main(argv)
-
-
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null, so that flushing what is left at exit cannot fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):  # no real stdout (captured): nothing to flush
-        pass
 
 
 def _main(argv: list[str] | None) -> int:
@@ -145,9 +130,6 @@ def _main(argv: list[str] | None) -> int:
     except SpecboundError as exc:
         print(f"specbound: error: {one_line(exc)}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # the reader of stdout went away: stop quietly
-        _quiet_stdout()
-        return BROKEN_PIPE
     except KeyboardInterrupt:
         print("specbound: interrupted", file=sys.stderr)
         return 130

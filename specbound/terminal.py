@@ -2,8 +2,8 @@
 
 Contract.  :func:`console` is a ``rich`` console whose output, piped into a reader that stops early
 (``| head``), raises :class:`BrokenPipeError` (``rich`` would exit with status 1, the status
-``verify`` uses for INVALID); :func:`specbound.cli.main` ends such a run quietly with status 141
-(128 + SIGPIPE, what a shell reports for a program a closed pipe stopped).  :func:`printable`
+``verify`` uses for INVALID); :func:`specbound.cli.main` ends such a run quietly with
+:data:`specbound.cli.BROKEN_PIPE_STATUS`.  :func:`printable`
 escapes control characters (NUL, ESC, ...) so that names taken from files cannot drive the terminal.
 """
 

@@ -32,7 +32,7 @@ from specbound.certified.arb import WORK_PREC, precision
 from specbound.certified.binomial import certifies
 from specbound.certified.bound import certify_bound, decimal_fraction, grid_m, readout_ball
 from specbound.certified.certificate import (
-    CertificateError, VerificationReport, ball, check_ball, check_floats, check_ranges, frac,
+    NOT_RECOMPUTED, CertificateError, VerificationReport, ball, check_ball, check_floats, check_ranges, frac,
     is_float_field, lower_matches, parse_ball, plan_from, read, settings_from, upper_matches,
 )
 from specbound.certified.factored import enclose
@@ -80,7 +80,8 @@ def _empirical(cert: dict, weights, settings, rep: VerificationReport, recompute
         return empirical_ball(weights, source, None, arb(1))[0], None
     recorded = parse_ball(cert["result"].get("empirical"))
     if not recompute:
-        rep.notes.append("empirical term taken from the certificate (not recomputed)")
+        # nothing below re-runs the forward passes: the report says so and is never plain VALID
+        rep.unchecked.append("empirical term")
         return recorded, None
     if given is not None:
         data = as_dataset(given)
@@ -122,7 +123,7 @@ def _occam_count(cert: dict, weights, settings, plan, data, rep: VerificationRep
     if data is None:
         count = recorded.get("count")
         if isinstance(count, int) and not isinstance(count, bool):
-            rep.notes.append("Occam route: its count K^ taken from the certificate (not recomputed)")
+            rep.unchecked.append("Occam count K^")  # taken on trust: never plain VALID
             return None, count
         return None, None
     fast = fast_pass_of(weights, data, FORWARD_FAST)
@@ -399,6 +400,9 @@ def _verify(cert: dict, checkpoint, recompute_empirical: bool, data=None) -> Ver
     rep.compare("result.route", res.get("route"), fresh.route)
     rep.compare("routes.reported", (cert.get("routes") or {}).get("reported"), fresh.route)
     rep.verdict = verdict
+    if rep.unchecked and rep.scope.get("empirical_certified"):
+        # the block verify prints must not call an empirical term certified that it did not recompute
+        rep.scope = {**rep.scope, "empirical": NOT_RECOMPUTED}
     for key, value in (("bound", fresh.bound), ("complexity", fresh.complexity),
                        ("confidence", fresh.confidence), ("partial", fresh.partial)):
         if value is None:
