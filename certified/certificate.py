@@ -37,7 +37,7 @@ from specbound.version import __version__
 from specbound.certified.arb import WORK_PREC, ball_from_str, ball_to_str, float_lower, float_upper, precision
 from specbound.certified.radii import MatrixRounding, dominates, exact_value
 from specbound.errors import SpecboundError
-from specbound.plan import BoundPlan, BoundSettings, OccamPlan
+from specbound.plan import MAX_TRIES, BoundPlan, BoundSettings, OccamPlan
 from specbound.scope import scope_lines, scope_summary
 from specbound.verdict import Verdict, decimal_up as _decimal_up
 from specbound.vocabulary import EMPIRICAL_USER, MAX_TASK_SAMPLES, MAX_TASK_SEQ_LEN, ROUTES
@@ -198,6 +198,8 @@ def _settings_json(bound) -> dict:
         "empirical": st.empirical, "readout": st.readout, "readout_used": bound.readout,
         "massart": st.massart, "dudley": st.dudley, "overrides": [list(o) for o in st.overrides],
         "grid_m": bound.m, "bases": {k: frac(v) for k, v in bound.bases.items()}, "routes": list(st.routes),
+        # K bound samples tried (a training record's statement) and the delta / K the routes share
+        "tries": st.tries, "delta_charged": frac(st.charged_delta()),
     }
 
 
@@ -249,7 +251,7 @@ def routes_json(b) -> dict:
     """Both routes of a :class:`~specbound.certified.bound.CertifiedBound`: each one's level and bound,
     the Occam route's parts, the reported route and why delta is split."""
     out = {"evaluated": list(b.routes), "reported": b.route,
-           "note": (f"each route at delta/{len(b.routes)}: with probability >= 1 - delta all hold together, so "
+           "note": (f"each route at {b.settings.level_phrase()}: with probability >= 1 - delta all hold together, so "
                     "the smallest is reported (proofs_notes/occam_route.md step 5)") if len(b.routes) > 1 else
                    "one route at delta",
            "rademacher": {"level": frac(b.settings.route_level()),
@@ -318,10 +320,7 @@ def to_json(result) -> dict:
         "format": FORMAT,
         "checkpoint": dict(result.checkpoint),
         "scope": scope,
-        "architecture": {"num_layers": w.num_layers, "num_heads": w.num_heads, "width": w.width,
-                         "head_dim": w.head_dim, "ff_dim": w.ff_dim, "activation": w.activation,
-                         "num_matrices": len(w.matrices), "variant": w.variant,
-                         "num_kv_heads": w.num_kv_heads},
+        "architecture": w.architecture(),
         "settings": _settings_json(b),
         "versions": versions(),
         "plan": _plan_json(b.plan),
@@ -605,6 +604,8 @@ def check_ranges(cert: dict) -> None:
     if st.get("empirical") is not None:
         _float_in(st["empirical"], "settings.empirical", 0.0, 1.0)
     _int_in(st.get("grid_m"), "settings.grid_m", 1, MAX_GRID_M)
+    if "tries" in st:
+        _int_in(st["tries"], "settings.tries", 1, MAX_TRIES)
     bases = _dict(st, "bases", "settings.")
     for key in ("beta_c", "beta_s", "beta_w", "beta_rho", "beta_gamma"):
         _frac_in(bases.get(key), f"settings.bases.{key}", Fraction(1), big, open_lo=True)
@@ -716,7 +717,8 @@ def settings_from(cert: dict) -> BoundSettings:
         beta_c=Fraction(bases["beta_c"]), beta_s=Fraction(bases["beta_s"]), beta_w=Fraction(bases["beta_w"]),
         beta_rho=Fraction(bases["beta_rho"]), beta_gamma=Fraction(bases["beta_gamma"]), grid_m=int(s["grid_m"]),
         massart=s["massart"], dudley=s["dudley"], readout=s["readout"],
-        overrides=tuple(tuple(o) for o in s["overrides"]), routes=tuple(s["routes"]))
+        overrides=tuple(tuple(o) for o in s["overrides"]), routes=tuple(s["routes"]),
+        tries=int(s.get("tries", 1)))  # a certificate from before tries existed: K = 1
 
 
 def plan_from(cert: dict) -> BoundPlan:

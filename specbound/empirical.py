@@ -26,6 +26,7 @@ from specbound.data_source import as_dataset
 from specbound.dataset import DataSet
 from specbound.errors import SpecboundError, option
 from specbound.formats.json_file import read_json
+from specbound.plan import MAX_TRIES
 from specbound.tasks import Task, training_sample_of
 from specbound.vocabulary import (
     CAPABILITY_RECORDED_TASK, CERTIFIED_SOURCES, EMPIRICAL_DATA, EMPIRICAL_NONE, EMPIRICAL_SOURCES,
@@ -90,20 +91,80 @@ def task_record(weights, checkpoint: str | os.PathLike | None) -> dict | None:
     return task
 
 
-def training_record(checkpoint: str | os.PathLike | None) -> dict | None:
-    """``{"task", "data_seed", "n"}`` when the training record asks for its training sample as the
-    bound sample (key ``"bound_sample": "train"``, with ``config.data_seed`` and ``config.n_train``);
-    such a record without them is a one-line error, not a silent change of S."""
+def training_record(weights, checkpoint: str | os.PathLike | None) -> dict | None:
+    """``{"task", "data_seed", "n", "tries"}`` when the training record asks for its training sample
+    as the bound sample (key ``"bound_sample": "train"``, with ``config.data_seed`` and
+    ``config.n_train``; ``tries``: the record's K, default 1, :func:`record_tries`).
+
+    S = the training sample is the record's statement about ``weights``, so the record must name
+    them: its ``sha256`` and ``architecture`` (:func:`record_binding`) must be those of ``weights``,
+    else this is a one-line SpecboundError (a record copied from another run, or one whose
+    architecture contradicts the checkpoint), as is such a record without task, seed or n: never a
+    silent change of S."""
     record = _record(checkpoint)
     if record is None or record.get("bound_sample") != "train":
         return None
+    where = record_path(checkpoint)
+    _check_binding(record, weights, where)
     try:
         task, config = record["task"], record["config"]
-        return {"task": task, "data_seed": int(config["data_seed"]), "n": int(config["n_train"])}
+        own = {"task": task, "data_seed": int(config["data_seed"]), "n": int(config["n_train"])}
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
-        raise SpecboundError(f"{record_path(checkpoint)}: the training record asks for its training sample but "
+        raise SpecboundError(f"{where}: the training record asks for its training sample but "
                              f"its task, config.data_seed or config.n_train is missing or malformed "
                              f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
+    return {**own, "tries": record_tries(record, where)}
+
+
+def record_binding(weights) -> dict:
+    """What a training record must carry to name its checkpoint: ``{"sha256", "architecture"}`` of
+    ``weights`` (:meth:`~specbound.matrices.AnalysisWeights.architecture`), the same facts a
+    certificate records.  ``specbound experiment run --save`` writes them."""
+    return {"sha256": weights.sha256, "architecture": weights.architecture()}
+
+
+def bound_training_record(record: dict, weights, *, bound_on_training_sample: bool) -> dict:
+    """The training record of a saved checkpoint: ``record`` (a training run's config, task and
+    results) with the checkpoint's :func:`record_binding`; with ``bound_on_training_sample`` it also
+    asks for S = the training sample (``"bound_sample": "train"``) and states K (``"tries"``, 1
+    unless ``record`` says more): what :func:`training_record` needs to accept it."""
+    out = {**record, **record_binding(weights)}
+    if bound_on_training_sample:
+        out["bound_sample"] = "train"
+        out["tries"] = record_tries(record, "the training record")
+    return out
+
+
+def _check_binding(record: dict, weights, where) -> None:
+    """Refuse (one line) a training record that does not name ``weights`` (:func:`record_binding`)."""
+    fix = ("S = the training sample is taken from the record of this very checkpoint; write the record "
+           "with the checkpoint (specbound experiment run --sample train --save)")
+    sha = record.get("sha256")
+    if not isinstance(sha, str):
+        raise SpecboundError(f"{where}: the training record names no checkpoint (no sha256): {fix}")
+    if sha != weights.sha256:
+        raise SpecboundError(f"{where}: the training record belongs to another checkpoint: it names sha256 "
+                             f"{sha[:16]}..., this checkpoint has {weights.sha256[:16]}... (a record copied "
+                             f"from another run?); {fix}")
+    arch, own = record.get("architecture"), weights.architecture()
+    if not isinstance(arch, dict):
+        raise SpecboundError(f"{where}: the training record states no architecture: {fix}")
+    wrong = [f"{k} {arch.get(k)!r} (checkpoint: {v!r})" for k, v in own.items() if arch.get(k) != v]
+    if wrong:
+        raise SpecboundError(f"{where}: the training record's architecture contradicts the checkpoint: "
+                             f"{', '.join(wrong)}; {fix}")
+
+
+def record_tries(record: dict, where) -> int:
+    """K: how many bound samples (data seed, n) the record says were tried for this network in all,
+    this one included (key ``"tries"``, default 1); the theorem is applied at delta / K.  It is the
+    user's statement: nothing can check it, so it is only read, and refused when not an integer in
+    [1, MAX_TRIES]."""
+    tries = record.get("tries", 1)
+    if isinstance(tries, bool) or not isinstance(tries, int) or not 1 <= tries <= MAX_TRIES:
+        raise SpecboundError(f"{where}: the training record's tries (K, bound samples tried) must be an "
+                             f"integer in [1, {MAX_TRIES}], got {tries!r}")
+    return tries
 
 
 def checked_task(task, n) -> tuple[Task, int]:
@@ -199,7 +260,7 @@ def resolve(weights, checkpoint, data, *, n: int | None, empirical: float | None
             raise SpecboundError(f"an empirical loss needs the sample size: give {option('n')}")
         return EmpiricalSource(EMPIRICAL_USER, False, {"value": float(empirical)}), None, n
     records = CAPABILITY_RECORDED_TASK in capabilities(weights.layout)
-    trained_on = training_record(checkpoint) if records else None
+    trained_on = training_record(weights, checkpoint) if records else None
     if trained_on is not None and samples is None:
         if n is not None and n != trained_on["n"]:
             raise SpecboundError(f"n = {n} but the training sample S has {trained_on['n']} examples")

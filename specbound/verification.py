@@ -168,11 +168,7 @@ def _check_claims(cert: dict, weights, settings: BoundSettings, checkpoint, rep:
     """Every recorded field that changes what the number means, against its recomputation from the
     checkpoint and the proven theory (nothing here is a free choice)."""
     arch = cert.get("architecture") or {}
-    fresh_arch = {"num_layers": weights.num_layers, "num_heads": weights.num_heads, "width": weights.width,
-                  "head_dim": weights.head_dim, "ff_dim": weights.ff_dim, "activation": weights.activation,
-                  "num_matrices": len(weights.matrices), "variant": weights.variant,
-                  "num_kv_heads": weights.num_kv_heads}
-    for key, value in fresh_arch.items():
+    for key, value in weights.architecture().items():
         rep.compare(f"architecture.{key}", arch.get(key), value)
     rep.compare("checkpoint.layout", cert["checkpoint"].get("layout"), weights.layout)
     for j, (mat, rec) in enumerate(zip(weights.matrices, cert["matrices"])):
@@ -217,13 +213,14 @@ def _check_claims(cert: dict, weights, settings: BoundSettings, checkpoint, rep:
         rep.compare("empirical_source.detail.n", detail.get("n"), settings.n)
     if kind == EMPIRICAL_TRAIN:
         detail = src.get("detail") or {}
-        own = training_record(checkpoint)
+        own = training_record(weights, checkpoint)  # refuses a record that does not name these weights
         if own is None:
             rep.add("empirical_source.kind", kind, "the checkpoint records no training sample")
         else:
-            for key in ("task", "data_seed", "n"):
+            for key in ("task", "data_seed", "n", "tries"):
                 rep.compare(f"empirical_source.detail.{key}", detail.get(key), own[key])
             rep.compare("settings.n", settings.n, own["n"])
+            rep.compare("settings.tries", settings.tries, own["tries"])  # K charged as delta / K
 
 
 def verify(cert_source, checkpoint: str | os.PathLike | None = None, *, data=None,
@@ -322,6 +319,8 @@ def _verify(cert: dict, checkpoint, recompute_empirical: bool, data=None) -> Ver
         rep.checked += 1
         if Fraction(cert["settings"]["delta"]) != decimal_fraction(settings.delta):
             rep.add("settings.delta", cert["settings"]["delta"], frac(decimal_fraction(settings.delta)))
+        if "delta_charged" in cert["settings"]:
+            rep.compare("settings.delta_charged", cert["settings"]["delta_charged"], frac(settings.charged_delta()))
     except SpecboundError as exc:  # BoundSettings refused a recorded value
         raise CertificateError(f"certificate is malformed ({exc})") from None
     _check_claims(cert, weights, settings, checkpoint if checkpoint is not None else None, rep)
