@@ -532,6 +532,7 @@ def test_ctrl_c_while_pool_workers_start_prints_no_worker_traceback():
     # initializer ignored SIGINT printed a KeyboardInterrupt traceback.  The window is widened here
     # (a slow step of the child's bootstrap, before the initializer), so the signal surely lands in
     # it, and the parent waits before stopping the pool, so a traceback would have time to print.
+    import signal
     import subprocess
     import sys
 
@@ -557,7 +558,10 @@ except KeyboardInterrupt:
 finally:
     pool.terminate(executor)
 """
+    # a run started in the background of a script inherits SIGINT ignored (POSIX) and Python keeps it
+    # so: give the child the default disposition a terminal gives it
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         start_new_session=True)
+                         start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert out.stdout.strip() == "interrupted", out
     assert "Traceback" not in out.stderr and "KeyboardInterrupt" not in out.stderr, out.stderr
