@@ -283,8 +283,10 @@ def _check_rotation_bound(weights: AnalysisWeights, rho_R: Fraction | None, note
     top = rope_norm_bound(np.asarray(tables[0], dtype=np.float64), np.asarray(tables[1], dtype=np.float64))
     if Fraction(top) > rho_R:
         raise CertificationError(
-            f"the rotary tables have max c^2 + s^2 = {float(top)!r} > rho_R = {rho_R}: set the lemma constant "
-            f"rho_R >= {float(top)!r} (BoundSettings(overrides=(('rho_R', value),)); rope_attention)")
+            f"the rotary tables have max c^2 + s^2 = {float(top)!r} > rho_R = {rho_R}, so they are not "
+            f"rotations of norm <= rho_R (rope_attention): store tables with c^2 + s^2 <= 1 (the reference "
+            f"model's rope_tables are adjusted so), or, from Python, certify with rho_R >= {float(top)!r} in "
+            f"BoundSettings(overrides=...)")
     notes["rho_R"] = f"rotary tables checked exactly: max c^2 + s^2 = {float(top)!r} <= rho_R = {rho_R}"
 
 

@@ -37,7 +37,7 @@ from specbound.version import __version__
 from specbound.certified.arb import WORK_PREC, ball_from_str, ball_to_str, float_lower, float_upper, precision
 from specbound.certified.radii import MatrixRounding, dominates, exact_value
 from specbound.errors import SpecboundError
-from specbound.plan import BoundPlan, BoundSettings, OccamPlan
+from specbound.plan import MAX_TRIES, BoundPlan, BoundSettings, OccamPlan
 from specbound.scope import scope_lines, scope_summary
 from specbound.verdict import Verdict, decimal_up as _decimal_up
 from specbound.vocabulary import EMPIRICAL_USER, MAX_TASK_SAMPLES, MAX_TASK_SEQ_LEN, ROUTES
@@ -198,6 +198,8 @@ def _settings_json(bound) -> dict:
         "empirical": st.empirical, "readout": st.readout, "readout_used": bound.readout,
         "massart": st.massart, "dudley": st.dudley, "overrides": [list(o) for o in st.overrides],
         "grid_m": bound.m, "bases": {k: frac(v) for k, v in bound.bases.items()}, "routes": list(st.routes),
+        # K bound samples tried (a training record's statement) and the delta / K the routes share
+        "tries": st.tries, "delta_charged": frac(st.charged_delta()),
     }
 
 
@@ -249,7 +251,7 @@ def routes_json(b) -> dict:
     """Both routes of a :class:`~specbound.certified.bound.CertifiedBound`: each one's level and bound,
     the Occam route's parts, the reported route and why delta is split."""
     out = {"evaluated": list(b.routes), "reported": b.route,
-           "note": (f"each route at delta/{len(b.routes)}: with probability >= 1 - delta all hold together, so "
+           "note": (f"each route at {b.settings.level_phrase()}: with probability >= 1 - delta all hold together, so "
                     "the smallest is reported (proofs_notes/occam_route.md step 5)") if len(b.routes) > 1 else
                    "one route at delta",
            "rademacher": {"level": frac(b.settings.route_level()),
@@ -318,10 +320,7 @@ def to_json(result) -> dict:
         "format": FORMAT,
         "checkpoint": dict(result.checkpoint),
         "scope": scope,
-        "architecture": {"num_layers": w.num_layers, "num_heads": w.num_heads, "width": w.width,
-                         "head_dim": w.head_dim, "ff_dim": w.ff_dim, "activation": w.activation,
-                         "num_matrices": len(w.matrices), "variant": w.variant,
-                         "num_kv_heads": w.num_kv_heads},
+        "architecture": w.architecture(),
         "settings": _settings_json(b),
         "versions": versions(),
         "plan": _plan_json(b.plan),
@@ -343,15 +342,38 @@ def to_json(result) -> dict:
 # verification
 
 
+VALID = "VALID"
+"""Every field recomputed and matched."""
+
+INVALID = "INVALID"
+"""A field does not match its recomputation."""
+
+VALID_EXCEPT_EMPIRICAL = "VALID EXCEPT EMPIRICAL TERM (not recomputed)"
+"""Every recomputed field matched, but the certified empirical term (and the Occam route's count
+K^, when in force) was taken from the certificate (``verify --trust-empirical``): a consistent
+forgery of it would pass, so this is never VALID."""
+
+EXIT_STATUS = {VALID: 0, INVALID: 1, VALID_EXCEPT_EMPIRICAL: 3}
+"""The exit status of ``specbound verify`` for each verdict (2 is bad input, as for every command)."""
+
+NOT_RECOMPUTED = ("taken from the certificate, NOT recomputed by this verification (--trust-empirical): "
+                  "the certified forward passes were not re-run")
+"""What the scope block ``verify`` prints says of an empirical term it did not recompute."""
+
+
 @dataclass
 class VerificationReport:
-    """``valid`` iff no mismatch; each mismatch is (field path, recorded, recomputed)."""
+    """Each mismatch is (field path, recorded, recomputed); ``unchecked`` names what was taken from
+    the certificate without recomputation.  :attr:`status` is VALID (no mismatch, nothing taken on
+    trust), INVALID (a mismatch) or VALID EXCEPT EMPIRICAL TERM (no mismatch, but the certified
+    empirical term was not recomputed); ``valid`` is True only for VALID."""
 
     mismatches: list[tuple[str, str, str]] = field(default_factory=list)
     checked: int = 0
     notes: list[str] = field(default_factory=list)
     scope: dict = field(default_factory=dict)  #: the scope block recomputed from the checkpoint
     verdict: Verdict | None = None  #: the verdict recomputed from the checkpoint (None until known)
+    unchecked: list[str] = field(default_factory=list)  #: what was taken from the certificate on trust
 
     def compare(self, path: str, recorded, recomputed) -> None:
         """Count one check of a field that must equal its recomputed value."""
@@ -360,16 +382,30 @@ class VerificationReport:
             self.add(path, recorded, recomputed)
 
     @property
+    def status(self) -> str:
+        """VALID, INVALID or VALID EXCEPT EMPIRICAL TERM (not recomputed) (see the class docstring)."""
+        if self.mismatches:
+            return INVALID
+        return VALID_EXCEPT_EMPIRICAL if self.unchecked else VALID
+
+    @property
     def valid(self) -> bool:
-        return not self.mismatches
+        """Every field recomputed and matched (False when something was taken on trust)."""
+        return self.status == VALID
+
+    @property
+    def exit_status(self) -> int:
+        """The exit status of ``specbound verify`` (:data:`EXIT_STATUS`)."""
+        return EXIT_STATUS[self.status]
 
     def add(self, path: str, recorded, recomputed) -> None:
         self.mismatches.append((path, str(recorded), str(recomputed)))
 
     def as_dict(self) -> dict:
-        """The report as a JSON-able dict (``specbound verify --json``): validity, checks, every
-        mismatch, notes, the recomputed scope block and verdict (None until known)."""
-        return {"valid": self.valid, "checked": self.checked,
+        """The report as a JSON-able dict (``specbound verify --json``): status, validity, checks,
+        what was not recomputed, every mismatch, notes, the recomputed scope block and verdict."""
+        return {"status": self.status, "valid": self.valid, "checked": self.checked,
+                "not_recomputed": list(self.unchecked),
                 "mismatches": [{"field": p, "recorded": a, "recomputed": b} for p, a, b in self.mismatches],
                 "notes": list(self.notes), "scope": dict(self.scope),
                 "verdict": None if self.verdict is None else asdict(self.verdict)}
@@ -377,15 +413,24 @@ class VerificationReport:
     def lines(self) -> list[str]:
         scope = scope_lines(self.scope) if self.scope else []
         notes = [f"note: {n}" for n in self.notes]
-        if self.valid:
+        status = self.status
+        if status == INVALID:
+            return [INVALID] + [f"{p}: recorded {a}, recomputed {b}" for p, a, b in self.mismatches] + scope + notes
+        head = [f"{status} ({self.checked} checks)"]
+        if self.unchecked:
+            head[0] += f"; not recomputed: {', '.join(self.unchecked)} (taken from the certificate)"
+        if self.verdict is not None:
             # what was verified: the recomputed verdict and number, and what the number is for
-            if self.verdict is None:
-                return [f"VALID ({self.checked} checks)"] + scope + notes
-            head = [f"VALID ({self.checked} checks); verdict: {self.verdict.label}", f"  {self.verdict.headline}"]
+            if self.unchecked:
+                verb = "is" if len(self.unchecked) == 1 else "are"
+                head += [f"  verdict IF the certificate's {', '.join(self.unchecked)} {verb} right: {self.verdict.label}",
+                         f"  {self.verdict.headline.removeprefix('certified ')} (if so)"]
+            else:
+                head[0] += f"; verdict: {self.verdict.label}"
+                head.append(f"  {self.verdict.headline}")
             if self.scope:
                 head.append(f"  for {scope_summary(self.scope)}")
-            return head + scope + notes
-        return ["INVALID"] + [f"{p}: recorded {a}, recomputed {b}" for p, a, b in self.mismatches] + scope + notes
+        return head + scope + notes
 
 
 MAX_CERTIFICATE_BYTES = 64 * 2**20
@@ -559,6 +604,8 @@ def check_ranges(cert: dict) -> None:
     if st.get("empirical") is not None:
         _float_in(st["empirical"], "settings.empirical", 0.0, 1.0)
     _int_in(st.get("grid_m"), "settings.grid_m", 1, MAX_GRID_M)
+    if "tries" in st:
+        _int_in(st["tries"], "settings.tries", 1, MAX_TRIES)
     bases = _dict(st, "bases", "settings.")
     for key in ("beta_c", "beta_s", "beta_w", "beta_rho", "beta_gamma"):
         _frac_in(bases.get(key), f"settings.bases.{key}", Fraction(1), big, open_lo=True)
@@ -670,7 +717,8 @@ def settings_from(cert: dict) -> BoundSettings:
         beta_c=Fraction(bases["beta_c"]), beta_s=Fraction(bases["beta_s"]), beta_w=Fraction(bases["beta_w"]),
         beta_rho=Fraction(bases["beta_rho"]), beta_gamma=Fraction(bases["beta_gamma"]), grid_m=int(s["grid_m"]),
         massart=s["massart"], dudley=s["dudley"], readout=s["readout"],
-        overrides=tuple(tuple(o) for o in s["overrides"]), routes=tuple(s["routes"]))
+        overrides=tuple(tuple(o) for o in s["overrides"]), routes=tuple(s["routes"]),
+        tries=int(s.get("tries", 1)))  # a certificate from before tries existed: K = 1
 
 
 def plan_from(cert: dict) -> BoundPlan:

@@ -385,7 +385,7 @@ def rademacher(ctx, facts: Facts, net: Network, plan: BoundPlan) -> MainTerms:
     lam = matrix_prices(ctx, facts, rad)
     k_rho = ctx.exact(plan.k_rho)
     Lambda = lambda_total(f, rd.trained, ctx.sum(lam), k_rho=k_rho, k_w=ctx.exact(rd.k_w) if rd.trained else None)
-    delta = ctx.exact(st.route_level())  # delta / (number of routes): occam_route.md step 5
+    delta = ctx.exact(st.route_level())  # delta / (K routes): occam_route.md step 5, selection.md item 4
     confidence = f("confidence", Lambda=Lambda, delta=delta, n=n)
     complexity = f("complexity", DD=DD, SS=SS)
     empirical = facts.empirical(ctx, rho)

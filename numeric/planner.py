@@ -178,11 +178,16 @@ def _take(a: np.ndarray, idx: np.ndarray) -> np.ndarray:
 
 
 def plan_for(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, margins=None) -> BoundPlan:
-    """:func:`choose_plan` on already computed network facts (``numeric.bound.evaluate`` plans with it)."""
-    plan = _rademacher_plan(ct, facts, settings, margins)
-    if ROUTE_OCCAM in settings.routes and margins is not None:
-        plan = replace(plan, occam=plan_occam(ct, facts, settings, margins, plan.m))
-    return plan
+    """:func:`choose_plan` on already computed network facts (``numeric.bound.evaluate`` plans with it).
+
+    Float overflow and invalid operations are expected here (extreme margins or weights make some
+    candidates infinite or NaN; they lose the comparisons) and are not reported as warnings: the
+    plan only chooses, and the certified evaluation decides what the bound is."""
+    with np.errstate(all="ignore"):
+        plan = _rademacher_plan(ct, facts, settings, margins)
+        if ROUTE_OCCAM in settings.routes and margins is not None:
+            plan = replace(plan, occam=plan_occam(ct, facts, settings, margins, plan.m))
+        return plan
 
 
 def _rademacher_plan(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSettings, margins) -> BoundPlan:
@@ -201,7 +206,8 @@ def _rademacher_plan(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSe
     lam_full = np.broadcast_to(g.lam, g.ss.shape)
     first = np.argmin(g.ss, axis=-1)
     lam0 = lambda_total(ct, _take(lam_full, first).sum(-1), k_rho, sens)
-    slope = np.broadcast_to(ct("confidence_dLambda", Lambda=lam0, delta=settings.delta, n=n), lam0.shape)
+    delta = float(settings.charged_delta())  # delta / K (a float: it only chooses)
+    slope = np.broadcast_to(ct("confidence_dLambda", Lambda=lam0, delta=delta, n=n), lam0.shape)
     choice = np.empty(g.ss.shape[:-1], dtype=np.int64)  # (R, J), first minimiser of the cost
     for b in row_blocks(g.ss.shape[1], g.ss.shape[0] * g.ss.shape[2]):
         choice[:, b] = np.argmin(2.0 * g.ss[:, b] + slope[:, None, None] * g.lam[b], axis=-1)
@@ -210,7 +216,7 @@ def _rademacher_plan(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSe
     Lam = lambda_total(ct, lam_chosen.sum(-1), k_rho, sens)
     with np.errstate(all="ignore"):
         closed = ss_closed(ct, sens, ss_chosen.sum(-1), float(facts.width), n, rho)
-    confidence = ct("confidence", Lambda=Lam, delta=settings.delta, n=n)
+    confidence = ct("confidence", Lambda=Lam, delta=delta, n=n)
     if marg is not None and settings.margin is None:
         emp = mean_over(marg, lambda a: ct("ramp", a=a[None, :], rho=rho[:, None]))
     else:
@@ -226,7 +232,8 @@ def _rademacher_plan(ct: CompiledTheorem, facts: NetworkFacts, settings: BoundSe
         if len(order) == 1:
             return plan
         value = evaluate_facts(ct, facts, settings, plan, margins=marg).bound
-        if value < best_value:
+        # the first finalist stands when no value is finite: floats only choose, any plan is valid
+        if best_plan is None or value < best_value:
             best_plan, best_value = plan, value
     return best_plan
 
@@ -319,8 +326,8 @@ def _exact_single_scale(ct, facts, settings, sens, g, ps, rho, k_rho, start, clo
             obj = ct("ss_objective", H_total=h, U_total=total_u, n=n)
             mu = ct("ss_objective_dH_total", H_total=h, U_total=total_u, n=n)
         Lam = lambda_total(ct, lam[rows, p_idx].sum(), k_rho, sens)
-        conf = ct("confidence", Lambda=Lam, delta=settings.delta, n=n)
-        slope = ct("confidence_dLambda", Lambda=Lam, delta=settings.delta, n=n)
+        conf = ct("confidence", Lambda=Lam, delta=float(settings.charged_delta()), n=n)
+        slope = ct("confidence_dLambda", Lambda=Lam, delta=float(settings.charged_delta()), n=n)
         with np.errstate(all="ignore"):
             closed = ss_closed(ct, sens, g.ss[rows, p_idx].sum(), N, n, rho)
         total = 2.0 * np.minimum(closed, obj) + conf
@@ -375,5 +382,5 @@ def _start_value(ct, facts, settings, sens, g, rows, p_idx, u, u_w, rho, k_rho, 
         obj = ct("ss_objective", H_total=ent.sum() + h_w, U_total=u_sum + (u_w if trained else 0.0), n=n)
         closed = ss_closed(ct, sens, closed_terms, N, n, rho)
     Lam = lambda_total(ct, g.lam[rows, p_idx].sum(), k_rho, sens)
-    conf = ct("confidence", Lambda=Lam, delta=settings.delta, n=n)
+    conf = ct("confidence", Lambda=Lam, delta=float(settings.charged_delta()), n=n)
     return float(2.0 * np.minimum(closed, obj) + conf)

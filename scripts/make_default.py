@@ -7,7 +7,8 @@ Task ``symbol_majority`` (16 symbols, 16 random positions: 16^16 = 2^64 inputs, 
 Writes ``default.safetensors`` (specbound-analysis-v1, float64) and ``default.json`` (the
 training record: config, seeds, the task with its hidden positions and symbol bits,
 ``"bound_sample": "train"``, the float64 accuracy and margins on S and on a fresh test sample of the
-same size, the checkpoint's sha256).  Because the record says ``"bound_sample": "train"``,
+same size, the checkpoint's sha256 and architecture, which bind the record to it, and
+``"tries": 1``).  Because the record says ``"bound_sample": "train"``,
 ``specbound certify`` (no argument) regenerates S from the recorded data seed and certifies the
 empirical term on exactly those n examples.  Re-running on the same machine and torch build
 reproduces both files bit for bit (no timestamps; see specbound.train).
@@ -26,6 +27,8 @@ from pathlib import Path
 
 import torch
 
+from specbound.checkpoint import load_weights
+from specbound.empirical import bound_training_record
 from specbound.output import write_json_atomic
 from specbound.train import TrainConfig, evaluate, fresh_sample, train
 
@@ -72,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         "torch_version": torch.__version__,
         "made_by": "scripts/make_default.py",
     })
+    # the record names its checkpoint (sha256, architecture): certify refuses S from any other record
+    record = bound_training_record(record, load_weights(weights), bound_on_training_sample=True)
     write_json_atomic(out / f"{NAME}.json", record)
     (out / f"{NAME}.json").chmod(weights.stat().st_mode & 0o777)  # mkstemp made it 0600
     print(f"trained in {seconds:.1f} s; train acc {record['train']['accuracy']:.6f} (n={DEFAULT_CONFIG.n_train}), "

@@ -119,7 +119,9 @@ def verify(certificate: str | os.PathLike | Mapping[str, Any], model: Checkpoint
     ``specbound verify`` (:func:`specbound.verification.verify`): the report is ``valid`` or lists
     every mismatch; a valid report carries the recomputed ``verdict`` and ``scope``.  ``data``: the
     sample as ``certify`` was given it (needed when it was given in memory; any form ``certify``
-    takes), checked against the certificate's ``data_sha256``."""
+    takes), checked against the certificate's ``data_sha256``.  With ``recompute_empirical=False``
+    the certified empirical term is taken from the certificate, and a report without mismatch has
+    ``status`` "VALID EXCEPT EMPIRICAL TERM (not recomputed)" and ``valid`` False."""
     from .verification import verify as run_verify
 
     if isinstance(certificate, Mapping):

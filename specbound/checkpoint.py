@@ -76,7 +76,7 @@ from .vocabulary import VIEW_ANALYSIS
 __all__ = [
     # defined here
     "CheckpointSource", "MAX_WEIGHT_MAGNITUDE", "MIN_WEIGHT_MAGNITUDE", "resolve_source",
-    "open_checkpoint", "read_tensors", "read_metadata", "load_weights", "load_layers",
+    "open_checkpoint", "read_tensors", "read_metadata", "load_weights", "load_layers", "check_digest",
     # re-exported from the modules this one was split into, so callers keep importing them here
     "Checkpoint", "FLOAT_DTYPES", "HF_WEIGHT_FILES", "MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH",
     "MAX_STATE_DEPTH", "MAX_TORCH_COMPRESSED", "MAX_TORCH_PICKLE", "INDEX_FILES", "Opened",
@@ -123,10 +123,12 @@ def _container_of(path: Path) -> str:
         return "npz"
     if head[:4] == b"GGUF":
         return "gguf"
+    # safetensors: a u64 header length that fits in the file, then the JSON header.  Checked before
+    # the pickle marker: a header length whose low byte is 0x80 starts with the same byte.
+    if len(head) == 9 and head[8:9] == b"{" and 8 + int.from_bytes(head[:8], "little") <= path.stat().st_size:
+        return "safetensors"
     if head[:1] == b"\x80":  # pickle protocol marker: legacy torch.save
         return "torch"
-    if len(head) == 9 and head[8:9] == b"{":  # u64 header length, then the JSON header
-        return "safetensors"
     raise CheckpointError(
         f"{path}: not a recognized checkpoint (expected .safetensors, a PyTorch state dict "
         f".pt/.pth/.bin, .npz, .gguf, or a Hugging Face folder)"
@@ -293,8 +295,10 @@ def load_layers(
     matrices of ``layers`` hold the same values as :func:`load_weights` gives (and pass the same
     magnitude check), the others are zero-memory placeholders
     (:func:`specbound.adapters.helpers.is_placeholder`) that must not be used as values.  So a
-    worker holds one layer at a time, and ``layers=()`` gives the structure alone.  ``sha256``
-    (when the caller knows it) saves hashing the files again.
+    worker holds one layer at a time, and ``layers=()`` gives the structure alone.  ``sha256``: the
+    digest the caller computed (an engine task's client); the files this process opens must have it
+    (:func:`check_digest`), so that a worker seeing other bytes at the same path fails instead of
+    computing another network's enclosures.
     """
     from dataclasses import fields
 
@@ -303,12 +307,25 @@ def load_layers(
     from .data import default_checkpoint_path
 
     ckpt = open_checkpoint(default_checkpoint_path() if path is None else path)
+    if sha256 and not is_in_memory(path):
+        check_digest(ckpt.path, ckpt.sha256(), sha256)
     values = {f.name: getattr(ckpt, f.name) for f in fields(Checkpoint)}
     partial = PartialCheckpoint(**values, keep=frozenset(int(l) for l in layers), digest=sha256)
     weights = detect(partial).adapt(partial, num_heads=num_heads, activation=activation, view=view)
     built = [m for m in weights.matrices if not is_placeholder(m.left)]
     _check_magnitudes(ckpt.path, _only(weights, built))
     return weights
+
+
+def check_digest(where, found: str, expected: str) -> None:
+    """One-line CheckpointError unless the bytes this process read (digest ``found``) are those the
+    client hashed (``expected``): an engine task never computes on other weights than the
+    certificate names.  (In-memory weights are the client's own object and are not re-read.)"""
+    if found != expected:
+        raise CheckpointError(
+            f"{where}: this process reads other bytes than the client did (sha256 {found[:16]}..., the "
+            f"client's {expected[:16]}...): the checkpoint must be the same file at the same path on "
+            "every worker, unchanged during the run")
 
 
 def _only(weights: AnalysisWeights, matrices: list) -> AnalysisWeights:

@@ -15,6 +15,7 @@ import importlib
 import os
 import signal
 import sys
+import warnings
 
 from . import __version__
 from .errors import SpecboundError, one_line
@@ -91,7 +92,17 @@ feed-forward matrix): one BLAS thread is faster there, and far faster when other
 the cores (idle OpenBLAS threads spin).  Set before numpy loads; the user's own setting wins."""
 
 
+FLOAT_WARNINGS = r"(overflow|invalid value|divide by zero|underflow) encountered"
+"""numpy's floating-point warnings: float choices may overflow (they only choose; the certified
+evaluation decides), and such a warning must never precede a result or the one error line."""
+
 def main(argv: list[str] | None = None) -> int:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=FLOAT_WARNINGS, category=RuntimeWarning)
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "numpy" not in sys.modules and any(a in SINGLE_THREAD_BLAS for a in argv):
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

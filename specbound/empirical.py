@@ -10,7 +10,6 @@ certified), or none (only complexity + confidence are certified).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,8 @@ from specbound.data_file import check_labels, data_sha256, dataset_from_arrays, 
 from specbound.data_source import as_dataset
 from specbound.dataset import DataSet
 from specbound.errors import SpecboundError, option
+from specbound.formats.json_file import read_json
+from specbound.plan import MAX_TRIES
 from specbound.tasks import Task, training_sample_of
 from specbound.vocabulary import (
     CAPABILITY_RECORDED_TASK, CERTIFIED_SOURCES, EMPIRICAL_DATA, EMPIRICAL_NONE, EMPIRICAL_SOURCES,
@@ -57,16 +58,27 @@ class EmpiricalSource:
     """SHA-256 of the sample's canonical arrays (:func:`specbound.data_file.data_sha256`; certified sources)."""
 
 
+def record_path(checkpoint: str | os.PathLike | None) -> Path | None:
+    """Where the training record of ``checkpoint`` is: ``<checkpoint>.json`` (the embedded default's
+    ``default.json``); None for a source without a file name."""
+    try:
+        return (default_checkpoint_path() if checkpoint is None else Path(checkpoint)).with_suffix(".json")
+    except ValueError:  # '.', '/': no record beside it
+        return None
+
+
+MAX_RECORD_BYTES = 16 << 20
+"""A training record is a small JSON file; a larger one is refused unread."""
+
+
 def _record(checkpoint: str | os.PathLike | None) -> dict | None:
     """The training record of an own-format model: the embedded default's ``default.json``, or a
-    ``<checkpoint>.json`` written next to a trained checkpoint (None if absent or unreadable)."""
-    path = default_checkpoint_path().with_suffix(".json") if checkpoint is None else Path(checkpoint).with_suffix(".json")
-    if not path.is_file():
+    ``<checkpoint>.json`` written next to a trained checkpoint (None if absent or not a JSON object;
+    a file that is not readable JSON is a one-line error, :func:`specbound.formats.json_file.read_json`)."""
+    path = record_path(checkpoint)
+    if path is None or not path.is_file():
         return None
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    record = read_json(path, "training record", max_bytes=MAX_RECORD_BYTES, error=SpecboundError)
     return record if isinstance(record, dict) else None
 
 
@@ -79,38 +91,98 @@ def task_record(weights, checkpoint: str | os.PathLike | None) -> dict | None:
     return task
 
 
-def training_record(checkpoint: str | os.PathLike | None) -> dict | None:
-    """``{"task", "data_seed", "n"}`` when the training record asks for its training sample as the
-    bound sample (key ``"bound_sample": "train"``, with ``config.data_seed`` and ``config.n_train``)."""
+def training_record(weights, checkpoint: str | os.PathLike | None) -> dict | None:
+    """``{"task", "data_seed", "n", "tries"}`` when the training record asks for its training sample
+    as the bound sample (key ``"bound_sample": "train"``, with ``config.data_seed`` and
+    ``config.n_train``; ``tries``: the record's K, default 1, :func:`record_tries`).
+
+    S = the training sample is the record's statement about ``weights``, so the record must name
+    them: its ``sha256`` and ``architecture`` (:func:`record_binding`) must be those of ``weights``,
+    else this is a one-line SpecboundError (a record copied from another run, or one whose
+    architecture contradicts the checkpoint), as is such a record without task, seed or n: never a
+    silent change of S."""
     record = _record(checkpoint)
     if record is None or record.get("bound_sample") != "train":
         return None
+    where = record_path(checkpoint)
+    _check_binding(record, weights, where)
     try:
         task, config = record["task"], record["config"]
-        return {"task": task, "data_seed": int(config["data_seed"]), "n": int(config["n_train"])}
-    except (KeyError, TypeError, ValueError):
-        return None
+        own = {"task": task, "data_seed": int(config["data_seed"]), "n": int(config["n_train"])}
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        raise SpecboundError(f"{where}: the training record asks for its training sample but "
+                             f"its task, config.data_seed or config.n_train is missing or malformed "
+                             f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
+    return {**own, "tries": record_tries(record, where)}
 
 
-def train_sample(detail: dict) -> DataSet:
-    """The training sample S of a recorded training run, regenerated (:func:`training_sample_of`)."""
-    task = Task.from_record(detail["task"])
-    tokens, labels = training_sample_of(task, int(detail["n"]), int(detail["data_seed"]))
-    return dataset_from_arrays(labels, tokens=tokens,
-                               source=f"training sample S of task {task.name} (data seed {detail['data_seed']}, n {detail['n']})")
+def record_binding(weights) -> dict:
+    """What a training record must carry to name its checkpoint: ``{"sha256", "architecture"}`` of
+    ``weights`` (:meth:`~specbound.matrices.AnalysisWeights.architecture`), the same facts a
+    certificate records.  ``specbound experiment run --save`` writes them."""
+    return {"sha256": weights.sha256, "architecture": weights.architecture()}
 
 
-# a recorded task longer than MAX_TASK_SEQ_LEN, or a sample of more tokens than MAX_TASK_TOKENS, is
-# refused before anything is allocated (a task record is a small JSON file anyone can edit)
+def bound_training_record(record: dict, weights, *, bound_on_training_sample: bool) -> dict:
+    """The training record of a saved checkpoint: ``record`` (a training run's config, task and
+    results) with the checkpoint's :func:`record_binding`; with ``bound_on_training_sample`` it also
+    asks for S = the training sample (``"bound_sample": "train"``) and states K (``"tries"``, 1
+    unless ``record`` says more): what :func:`training_record` needs to accept it."""
+    out = {**record, **record_binding(weights)}
+    if bound_on_training_sample:
+        out["bound_sample"] = "train"
+        out["tries"] = record_tries(record, "the training record")
+    return out
 
 
-def task_sample(task: dict, n: int, seed: int) -> DataSet:
-    """``n`` fresh i.i.d. samples of a recorded task, drawn with ``numpy.random.default_rng(seed)``."""
+def _check_binding(record: dict, weights, where) -> None:
+    """Refuse (one line) a training record that does not name ``weights`` (:func:`record_binding`)."""
+    fix = ("S = the training sample is taken from the record of this very checkpoint; write the record "
+           "with the checkpoint (specbound experiment run --sample train --save)")
+    sha = record.get("sha256")
+    if not isinstance(sha, str):
+        raise SpecboundError(f"{where}: the training record names no checkpoint (no sha256): {fix}")
+    if sha != weights.sha256:
+        raise SpecboundError(f"{where}: the training record belongs to another checkpoint: it names sha256 "
+                             f"{sha[:16]}..., this checkpoint has {weights.sha256[:16]}... (a record copied "
+                             f"from another run?); {fix}")
+    arch, own = record.get("architecture"), weights.architecture()
+    if not isinstance(arch, dict):
+        raise SpecboundError(f"{where}: the training record states no architecture: {fix}")
+    wrong = [f"{k} {arch.get(k)!r} (checkpoint: {v!r})" for k, v in own.items() if arch.get(k) != v]
+    if wrong:
+        raise SpecboundError(f"{where}: the training record's architecture contradicts the checkpoint: "
+                             f"{', '.join(wrong)}; {fix}")
+
+
+def record_tries(record: dict, where) -> int:
+    """K: how many bound samples (data seed, n) the record says were tried for this network in all,
+    this one included (key ``"tries"``, default 1); the theorem is applied at delta / K.  It is the
+    user's statement: nothing can check it, so it is only read, and refused when not an integer in
+    [1, MAX_TRIES]."""
+    tries = record.get("tries", 1)
+    if isinstance(tries, bool) or not isinstance(tries, int) or not 1 <= tries <= MAX_TRIES:
+        raise SpecboundError(f"{where}: the training record's tries (K, bound samples tried) must be an "
+                             f"integer in [1, {MAX_TRIES}], got {tries!r}")
+    return tries
+
+
+def checked_task(task, n) -> tuple[Task, int]:
+    """(the :class:`Task` of a recorded task description, the sample size ``n`` as an int), after
+    the limits every drawn sample obeys, fresh or the training sample alike: 1 <= n <=
+    MAX_TASK_SAMPLES, 1 <= seq_len <= MAX_TASK_SEQ_LEN, n * seq_len <= MAX_TASK_TOKENS, at most
+    seq_len positions, 2 <= vocab_size <= 2^31.  Checked before anything is allocated (a record is a
+    small JSON file anyone can edit); every failure is one line."""
     try:
+        if not isinstance(task, dict):
+            raise SpecboundError(f"recorded task is not a JSON object ({type(task).__name__})")
+        if isinstance(n, bool) or not isinstance(n, (int, str)) or not 1 <= int(n) <= MAX_TASK_SAMPLES:
+            raise SpecboundError(f"recorded task: sample size {n!r} is outside [1, {MAX_TASK_SAMPLES}]")
+        n = int(n)
         seq_len = int(task["seq_len"])
         if not 1 <= seq_len <= MAX_TASK_SEQ_LEN:
             raise SpecboundError(f"recorded task: seq_len {seq_len} is outside [1, {MAX_TASK_SEQ_LEN}]")
-        if int(n) * seq_len > MAX_TASK_TOKENS:
+        if n * seq_len > MAX_TASK_TOKENS:
             raise SpecboundError(f"recorded task: {n} samples of length {seq_len} exceed "
                                  f"{MAX_TASK_TOKENS} tokens")
         positions = task["positions"]
@@ -119,12 +191,42 @@ def task_sample(task: dict, n: int, seed: int) -> DataSet:
         vocab = int(task.get("vocab_size", 3))
         if not 2 <= vocab <= 2**31:
             raise SpecboundError(f"recorded task: vocab_size {vocab} is outside [2, 2^31]")
-        t = Task.from_record(task)
-        tokens, labels = t.sample(int(n), np.random.default_rng(int(seed)))
+        bits = task.get("symbol_bits", [0, 1])
+        if not isinstance(bits, list) or len(bits) > vocab:
+            raise SpecboundError("recorded task: 'symbol_bits' must be a list of at most vocab_size bits")
+        return Task.from_record(task), n
     except SpecboundError:
         raise
     except (KeyError, TypeError, ValueError, OverflowError, IndexError) as exc:
         raise SpecboundError(f"recorded task is malformed ({type(exc).__name__}: {' '.join(str(exc).split())})") from None
+
+
+def _seed(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise SpecboundError(f"{what} {value!r} is not an integer")
+    try:
+        seed = int(value)
+    except ValueError:
+        raise SpecboundError(f"{what} {value!r} is not an integer") from None
+    if not 0 <= seed < 2**128:
+        raise SpecboundError(f"{what} {seed} is outside [0, 2^128)")
+    return seed
+
+
+def train_sample(detail: dict) -> DataSet:
+    """The training sample S of a recorded training run, regenerated (:func:`training_sample_of`)."""
+    task, n = checked_task(detail.get("task"), detail.get("n"))
+    seed = _seed(detail.get("data_seed"), "data seed")
+    tokens, labels = training_sample_of(task, n, seed)
+    return dataset_from_arrays(labels, tokens=tokens,
+                               source=f"training sample S of task {task.name} (data seed {seed}, n {n})")
+
+
+def task_sample(task: dict, n: int, seed: int) -> DataSet:
+    """``n`` fresh i.i.d. samples of a recorded task, drawn with ``numpy.random.default_rng(seed)``."""
+    t, n = checked_task(task, n)
+    seed = _seed(seed, "seed")
+    tokens, labels = t.sample(n, np.random.default_rng(seed))
     return dataset_from_arrays(labels, tokens=tokens, source=f"task {t.name} (seed {seed}, n {n})")
 
 
@@ -158,7 +260,7 @@ def resolve(weights, checkpoint, data, *, n: int | None, empirical: float | None
             raise SpecboundError(f"an empirical loss needs the sample size: give {option('n')}")
         return EmpiricalSource(EMPIRICAL_USER, False, {"value": float(empirical)}), None, n
     records = CAPABILITY_RECORDED_TASK in capabilities(weights.layout)
-    trained_on = training_record(checkpoint) if records else None
+    trained_on = training_record(weights, checkpoint) if records else None
     if trained_on is not None and samples is None:
         if n is not None and n != trained_on["n"]:
             raise SpecboundError(f"n = {n} but the training sample S has {trained_on['n']} examples")

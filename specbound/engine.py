@@ -16,7 +16,9 @@ process), ``scheduler`` the address of a Dask cluster; :func:`open_engine` makes
 
 Work is cut into *tasks* that describe what to compute, never the arrays: a :class:`Source`
 (checkpoint path, heads, view, SHA-256) plus a layer and the canonical indices of the matrices of
-one kind in it.  A task opens the checkpoint itself (safetensors are memory-mapped), builds only
+one kind in it.  A task opens the checkpoint itself (safetensors are memory-mapped), checks that
+its bytes have the client's SHA-256 (hashed once per process and file version; a worker that sees
+another file at the same path fails the run in one line), builds only
 that layer's matrices (:func:`specbound.checkpoint.load_layers`; the other layers are zero-memory
 placeholders), computes, and returns plain values: certified enclosures (sent between processes in
 their exact wire form, :mod:`specbound.certified.serialisation`: bit-identical balls), float spectra
@@ -29,6 +31,7 @@ no partial result is returned.
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, CancelledError, Executor, Future, wait
 from contextlib import contextmanager
@@ -108,9 +111,15 @@ class _OnExecutor:
     remote = True
     """Whether tasks run in other processes: they then need a :attr:`Source.portable` source, and
     a failure there is reported as one line (in process, an error propagates as raised)."""
+    poll: float | None = None
+    """Seconds between calls of :meth:`_watch` while no task completes (None: wait without them)."""
 
     def _executor(self) -> Executor:
         raise NotImplementedError
+
+    def _watch(self) -> None:
+        """Called every :attr:`poll` seconds while tasks are pending and none completes: raises a
+        one-line SpecboundError when they can never complete (e.g. a cluster without workers)."""
 
     def _stop(self, pending: list[Future]) -> None:
         """Stop the tasks ``pending`` after a failure or an interrupt (without waiting for them)."""
@@ -142,7 +151,9 @@ class _OnExecutor:
             for _ in range(len(items) if self.window is None else self.window):
                 submit_next()
             while pending:
-                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                done, _ = wait(list(pending), timeout=self.poll, return_when=FIRST_COMPLETED)
+                if not done:
+                    self._watch()
                 for fut in done:
                     i = pending.pop(fut)
                     exc = _exception(fut)
@@ -213,16 +224,48 @@ class LocalPool(_OnExecutor):
             self._pool = None
 
 
+NO_WORKER_SECONDS = 60.0
+"""A run on a cluster that has had no worker for this long ends in one line: its tasks cannot run
+(no worker ever joined, or the only worker died and none replaced it)."""
+
+
 class DaskEngine(_OnExecutor):
-    """Runs tasks on the workers of a Dask cluster through ``client``."""
+    """Runs tasks on the workers of a Dask cluster through ``client``; a run whose cluster has had
+    no worker for :data:`NO_WORKER_SECONDS`, or whose scheduler stops answering, ends in one line
+    instead of waiting forever."""
+
+    poll = 1.0
 
     def __init__(self, client, name: str = "dask") -> None:
         self.client = client
         self.name = name
         self._futures = client.get_executor(retries=RETRIES, pure=False)
+        self._alone_since: float | None = None
 
     def _executor(self) -> Executor:
         return self._futures
+
+    def map(self, fn: Callable, items: Sequence[tuple], **kw) -> list:
+        self._alone_since = None
+        return super().map(fn, items, **kw)
+
+    def _watch(self) -> None:
+        import time
+
+        try:
+            workers = self.client.nthreads(callback_timeout=max(self.poll * 10, NO_WORKER_SECONDS / 2))
+        except Exception as exc:  # noqa: BLE001 - the scheduler went away or stopped answering
+            raise SpecboundError(f"{self.name}: the scheduler does not answer ({type(exc).__name__}: "
+                                 f"{one_line(exc)})") from None
+        now = time.monotonic()
+        if workers:
+            self._alone_since = None
+        elif self._alone_since is None:
+            self._alone_since = now
+        elif now - self._alone_since >= NO_WORKER_SECONDS:
+            raise SpecboundError(
+                f"{self.name}: no worker for {NO_WORKER_SECONDS:g} s, so the tasks cannot run (none joined, "
+                "or the last one died); start workers with `dask worker ADDRESS`")
 
     def share(self, value: Any) -> Any:
         return self.client.scatter(value, broadcast=False)
@@ -255,11 +298,24 @@ def _refuse_in_memory(items: Sequence[tuple]) -> None:
                              "(without workers or a scheduler)")
 
 
-def _count(workers) -> int | None:
+WORKERS_PER_CPU = 4
+"""A local pool has at most this many processes per CPU of the machine (:func:`max_workers`)."""
+
+
+def max_workers() -> int:
+    """The largest local pool: :data:`WORKERS_PER_CPU` processes per CPU, and at least 8.  More
+    processes than that only add memory (each holds a layer) and start-up time on one machine."""
+    return max(8, WORKERS_PER_CPU * (os.cpu_count() or 1))
+
+
+def _count(workers, option: str = "workers") -> int | None:
     if workers is None:
         return None
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise SpecboundError(f"workers must be an integer >= 1, got {workers!r}")
+        raise SpecboundError(f"{option} must be an integer >= 1, got {workers!r}")
+    if workers > max_workers():
+        raise SpecboundError(f"{option} must be at most {max_workers()} ({WORKERS_PER_CPU} per CPU of this "
+                             f"machine), got {workers}; for more, run the tasks on a Dask cluster (scheduler)")
     return workers
 
 
@@ -321,6 +377,7 @@ def engine_options(args: argparse.Namespace) -> dict:
             raise SpecboundError(f"--workers must be an integer, got {workers!r}") from None
         if workers < 1:
             raise SpecboundError(f"--workers must be >= 1, got {workers}")
+        _count(workers, "--workers")
     return {"workers": workers, "scheduler": getattr(args, "scheduler", None)}
 
 
@@ -339,11 +396,13 @@ def _weights(source: Source, layer: int | None):
     weights = _CACHE.get(key)
     if weights is None:
         _CACHE.clear()  # release the previous layer before reading the next
-        from .checkpoint import load_layers, load_weights
+        from .checkpoint import check_digest, load_layers, load_weights
 
         if layer is None:
             weights = load_weights(source.checkpoint, num_heads=source.num_heads, view=source.view)
-        else:
+            if source.portable:  # the bytes read here must be those the client hashed
+                check_digest(weights.extra.get("weights_file", source.checkpoint), weights.sha256, source.sha256)
+        else:  # load_layers checks the digest itself
             weights = load_layers(source.checkpoint, (layer,), num_heads=source.num_heads,
                                   view=source.view, sha256=source.sha256)
         _CACHE.clear()  # (a worker with several threads: keep one entry)

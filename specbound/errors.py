@@ -37,5 +37,16 @@ def option(keyword: str, flag: str | None = None) -> str:
 
 
 def one_line(text: object) -> str:
-    """Collapse a library message to one line (the user-facing contract is one line per error)."""
-    return " ".join(str(text).split())
+    """Collapse a library message to one line (the user-facing contract is one line per error),
+    with control characters that are not whitespace (NUL, ESC: from file or tensor names) escaped,
+    so that printing it cannot drive the terminal."""
+    return printable(" ".join(str(text).split()))
+
+
+def printable(text: object) -> str:
+    """``text`` with every non-printable character (control characters, NUL, ESC) written as its
+    Python escape (``\\x1b``); printable text, non-ASCII letters included, is unchanged."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)

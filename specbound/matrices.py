@@ -117,6 +117,15 @@ class AnalysisWeights:
     num_kv_heads: int = 0
     """Key/value groups of grouped-query attention (LS variants); 0 means one per head."""
 
+    def architecture(self) -> dict:
+        """The architecture facts as a certificate and a training record state them (JSON-able):
+        layers, heads, width, head and feed-forward dimensions, activation, number of covered
+        matrices, variant and key/value groups.  Two networks with different facts are different
+        hypothesis classes, so a record or certificate naming other facts belongs to another network."""
+        return {"num_layers": self.num_layers, "num_heads": self.num_heads, "width": self.width,
+                "head_dim": self.head_dim, "ff_dim": self.ff_dim, "activation": self.activation,
+                "num_matrices": len(self.matrices), "variant": self.variant, "num_kv_heads": self.num_kv_heads}
+
     def of_layer(self, layer: int) -> tuple[NamedMatrix, ...]:
         return tuple(m for m in self.matrices if m.layer == layer)
 

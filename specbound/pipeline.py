@@ -43,8 +43,8 @@ from specbound.progress import progress_bar
 from specbound.scope import scope_block
 from specbound.verdict import Verdict, verdict_of
 from specbound.vocabulary import (
-    CAPABILITY_CERTIFY, CAPABILITY_FLOAT_FORWARD, FORWARD_FAST, FORWARD_INTERVAL, READOUT_TRAINED, ROUTE_OCCAM,
-    ROUTE_RADEMACHER, ROUTES, VIEW_ANALYSIS,
+    CAPABILITY_CERTIFY, CAPABILITY_FLOAT_FORWARD, EMPIRICAL_TRAIN, FORWARD_FAST, FORWARD_INTERVAL, READOUT_TRAINED,
+    ROUTE_OCCAM, ROUTE_RADEMACHER, ROUTES, VIEW_ANALYSIS,
 )
 
 DEFAULT_DELTA = 0.05
@@ -259,6 +259,7 @@ def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical,
         settings = BoundSettings(n=int(n), delta=delta, margin=margin, empirical=empirical, readout=readout)
     elif settings.n != n:
         settings = replace(settings, n=int(n))
+    settings = charged_tries(settings, source)
     if dataset is not None:
         # the certified forward pass reads every layer: the client needs the weights themselves
         weights = load_weights(checkpoint, num_heads=num_heads)
@@ -325,6 +326,19 @@ def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical,
     scope, verdict = judge(weights, ckpt, source, result)
     return Certification(bound=result, weights=weights, checkpoint=ckpt, source=source,
                          enclosures=tuple(encs), scope=scope, verdict=verdict, seconds=clock)
+
+
+def charged_tries(settings: BoundSettings, source: EmpiricalSource) -> BoundSettings:
+    """``settings`` with K = the training record's ``tries`` when S is the training sample, so that
+    the theorem is applied at delta / K (proofs_notes/selection.md, item 4).  Settings that already
+    charge other tries than the record states are refused (one line): the record is the statement."""
+    if source.kind != EMPIRICAL_TRAIN:
+        return settings
+    tries = int(source.detail.get("tries", 1))
+    if settings.tries not in (1, tries):
+        raise SpecboundError(f"the settings charge tries = {settings.tries} but the training record states "
+                             f"K = {tries} bound samples tried")
+    return replace(settings, tries=tries)
 
 
 def judge(weights, checkpoint: dict, source: EmpiricalSource, bound) -> tuple[dict, Verdict]:

@@ -19,6 +19,10 @@ from .errors import SpecboundError
 from .vocabulary import READOUT_TRAINED, READOUTS, ROUTE_RADEMACHER, ROUTES
 
 
+MAX_TRIES = 10**9
+"""The most bound samples a record may say were tried (delta / K stays a small exact rational)."""
+
+
 @dataclass(frozen=True)
 class BoundSettings:
     """Parameters fixed before looking at the sample (proofs_notes/theory.md section 6), plus the user's inputs.
@@ -31,8 +35,11 @@ class BoundSettings:
     checkpoint without a read-out gets a fixed unit vector); ``overrides``: lemma constants
     (C_sm, L_phi, B_phi) replaced by the user.  ``beta_gamma``: the Occam route's margin base
     (proofs_notes/occam_route.md); ``routes``: the routes evaluated on the sample, each at level
-    ``delta / len(routes)`` (the smallest bound is reported; fixed before the sample is seen).
+    ``delta / (K len(routes))`` (the smallest bound is reported; fixed before the sample is seen).
     Default bases: proofs_notes/sharpenings.md S2 (beta_w = 17/16, beta_c = 1 + 1/(16L)).
+    ``tries``: K, the number of bound samples (data seed, n) tried for this network in all, this one
+    included (a training record's statement), charged by applying the theorem at delta / K
+    (proofs_notes/selection.md, item 4).
     """
 
     n: int
@@ -50,8 +57,12 @@ class BoundSettings:
     readout: str = READOUT_TRAINED
     overrides: tuple[tuple[str, float], ...] = ()
     routes: tuple[str, ...] = (ROUTE_RADEMACHER,)
+    tries: int = 1
 
     def __post_init__(self) -> None:
+        if isinstance(self.tries, bool) or not isinstance(self.tries, int) or not 1 <= self.tries <= MAX_TRIES:
+            raise SpecboundError(f"tries (bound samples tried, K) must be an integer in [1, {MAX_TRIES}], "
+                                 f"got {self.tries!r}")
         if not (isinstance(self.n, int) and self.n >= 1):
             raise SpecboundError(f"n must be a positive integer, got {self.n!r}")
         if not (0.0 < self.delta < 1.0):
@@ -73,10 +84,20 @@ class BoundSettings:
                                  f"got {self.routes!r}")
         object.__setattr__(self, "routes", routes)
 
+    def charged_delta(self) -> Fraction:
+        """delta / K: the user's delta (the rational they typed) shared by a union bound over the
+        K = ``tries`` bound samples tried (proofs_notes/selection.md, item 4); K = 1 gives delta."""
+        return Fraction(repr(float(self.delta))) / self.tries
+
     def route_level(self) -> Fraction:
-        """The confidence level each route runs at: the user's delta (the rational they typed) split
-        evenly between the routes (occam_route.md step 5: any split fixed in advance is valid)."""
-        return Fraction(repr(float(self.delta))) / len(self.routes)
+        """The confidence level each route runs at: :meth:`charged_delta` (delta / K) split evenly
+        between the routes (occam_route.md step 5: any split fixed in advance is valid)."""
+        return self.charged_delta() / len(self.routes)
+
+    def level_phrase(self) -> str:
+        """:meth:`route_level` in words for the outputs: "delta", "delta/2", "delta/K" or "delta/K/2"."""
+        return ("delta" + (f"/{self.tries}" if self.tries > 1 else "")
+                + (f"/{len(self.routes)}" if len(self.routes) > 1 else ""))
 
     def base_c(self, num_layers: int, model: str = "plain") -> Fraction:
         """beta_c, by default 1 + 1/(4L), 1 + 1/(6L) for the LS variants (proofs_notes/theory.md

@@ -6,7 +6,10 @@ process that started them, so that no worker outlives a run however the run ends
 * on Linux each worker asks the kernel (``prctl(PR_SET_PDEATHSIG, SIGTERM)``) to be signalled when
   its parent dies, even by SIGKILL, when no Python cleanup runs;
 * a worker ignores SIGINT: the terminal sends Ctrl-C to the whole process group, and the parent
-  alone reports it (one line) and stops the pool;
+  alone reports it (one line) and stops the pool.  SIGINT and SIGTERM are blocked in the parent
+  while it forks a worker, so a worker is born with them blocked and unblocks them only once it
+  ignores SIGINT (a Ctrl-C that lands while workers start no longer prints their tracebacks; the
+  parent receives its own when it unblocks);
 * :func:`terminate` kills the workers at once instead of waiting for their tasks (which
   ``shutdown(wait=True)`` would do), for Ctrl-C, SIGTERM turned into an exception, or a failed task.
 
@@ -23,11 +26,35 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_all_start_methods, get_context
 
 
+_HELD = {signal.SIGINT, signal.SIGTERM}
+"""Signals a worker must not receive before :func:`_worker_init` has set their handlers."""
+
+
 def start(workers: int) -> ProcessPoolExecutor:
     """A pool of ``workers`` processes that die with this one and leave Ctrl-C to it."""
     method = "fork" if "fork" in get_all_start_methods() else "spawn"
-    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context(method),
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_held_context(get_context(method)),
                                initializer=_worker_init, initargs=(os.getpid(),))
+
+
+def _held_context(context):
+    """``context`` whose processes start with :data:`_HELD` blocked (inherited across fork and exec;
+    the parent's own mask is restored at once, and a signal that arrived meanwhile is delivered)."""
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - no POSIX signal masks
+        return context
+
+    class HeldProcess(context.Process):
+        def start(self) -> None:
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+            try:
+                super().start()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+    class HeldContext(type(context)):
+        Process = HeldProcess
+
+    return HeldContext()
 
 
 def _worker_init(parent: int) -> None:
@@ -47,6 +74,8 @@ def _worker_init(parent: int) -> None:
             pass
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)  # born blocked (see _held_context)
     if os.getppid() != parent:
         os._exit(1)
 

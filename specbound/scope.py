@@ -82,6 +82,18 @@ USER_EMPIRICAL_PHRASE = ("ASSUMPTION: the empirical term is a number supplied by
                          "loss) at the printed rounded margin rho~ on S")
 
 
+def training_sample_assumption(tries: int = 1) -> str:
+    """What a bound on S = the training sample rests on and the tool cannot check: S is i.i.d. draws
+    of the task and its data seed and n were fixed before training or looking (a seed or n chosen
+    after seeing bounds is selection on S); the training record states it, specbound does not prove
+    it.  ``tries``: the record's K, charged as delta / K (proofs_notes/selection.md, item 4)."""
+    return ("ASSUMPTION: S = the training sample consists of i.i.d. draws of the task, with its data seed "
+            "and n fixed before training and before looking at any result; this is the training record's "
+            "statement (the user's), not something specbound proves; "
+            f"K = {tries} bound sample{'s' if tries != 1 else ''} (data seed, n) tried in all, "
+            f"charged: the theorem is applied at delta / {tries}")
+
+
 def _sample_phrase(kind: str, detail: dict, n: int) -> str:
     if kind == EMPIRICAL_DATA:
         sha = str(detail.get("sha256", ""))[:16]
@@ -118,6 +130,8 @@ def scope_block(*, checkpoint: str, sha256: str, model: ModelScope | None, varia
     if empirical_kind == EMPIRICAL_USER:
         assumptions.append(USER_EMPIRICAL_PHRASE)
     assumptions += list(model.assumptions)
+    if empirical_kind == EMPIRICAL_TRAIN:
+        assumptions.append(training_sample_assumption(int(empirical_detail.get("tries", 1))))
     if verdict.proven and any(not o["proven"] for o in overrides):
         raise ValueError("a verdict of 'proven' with a lemma constant below its proven value")
     for o in overrides:

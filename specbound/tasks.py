@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specbound.errors import SpecboundError
+from specbound.vocabulary import MAX_TASK_SAMPLES, MAX_TASK_TOKENS
 
 CLS = 0
 """Token id of the classification token; token 1 (index 0) of every sequence."""
@@ -103,9 +104,12 @@ class Task:
         return tokens
 
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """``n`` i.i.d. examples: tokens int64 (n, seq_len) with CLS first, labels float64 (n,)."""
+        """``n`` i.i.d. examples: tokens int64 (n, seq_len) with CLS first, labels float64 (n,).
+        ``n`` within :func:`check_sample_size` (0 allowed), else a SpecboundError before allocating."""
         if n < 0:
             raise SpecboundError(f"task {self.name}: sample size must be >= 0, got {n}")
+        if n:
+            check_sample_size(n, self.seq_len, f"task {self.name}: sample size")
         symbols = rng.integers(0, self.symbols, size=(n, self.seq_len - 1), dtype=np.int64)
         return self._tokens(symbols), self.label(symbols)
 
@@ -140,6 +144,19 @@ class Task:
 TRAINING_STREAM = 0x5A3
 """Spawn key of the training-sample stream: S = ``task.sample(n, default_rng(SeedSequence([data_seed,
 TRAINING_STREAM])))`` (fresh evaluation samples use other keys, so they are independent of S)."""
+
+
+def check_sample_size(n, seq_len: int, what: str) -> int:
+    """``n`` as an int after the limits every drawn sample obeys, fresh, training or test alike:
+    1 <= n <= MAX_TASK_SAMPLES and n * seq_len <= MAX_TASK_TOKENS (a sample is n * seq_len int64
+    tokens: 10^11 examples would ask for terabytes).  Checked before anything is allocated; a
+    SpecboundError naming ``what`` otherwise (one line)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= int(n) <= MAX_TASK_SAMPLES:
+        raise SpecboundError(f"{what} must be an integer in [1, {MAX_TASK_SAMPLES}], got {n!r}")
+    n = int(n)
+    if n * int(seq_len) > MAX_TASK_TOKENS:
+        raise SpecboundError(f"{what}: {n} samples of length {seq_len} exceed {MAX_TASK_TOKENS} tokens")
+    return n
 
 
 def training_sample_of(task: Task, n: int, data_seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from specbound.errors import SpecboundError
+from specbound.errors import SpecboundError, option
 from specbound.model import AnalysisTransformer, Architecture
-from specbound.tasks import BINARY_TASKS, Task, get_task, training_sample_of
+from specbound.tasks import BINARY_TASKS, Task, check_sample_size, get_task, training_sample_of
 
 LOSSES = ("logistic", "hinge")
 REGULARISERS = ("none", "schatten", "spectral")
@@ -70,6 +70,8 @@ class TrainConfig:
             raise SpecboundError("train: reg_p must be >= 1 (the penalty must be differentiable at 0)")
         if self.steps < 0 or self.batch < 1 or self.n_train < 1 or self.lr <= 0:
             raise SpecboundError("train: need steps >= 0, batch >= 1, n_train >= 1 and lr > 0")
+        # the training sample is drawn whole: its size obeys the limits of every drawn sample
+        check_sample_size(self.n_train, self.seq_len, f"train: {option('n_train')}")
 
     def make_task(self) -> Task:
         if self.task in BINARY_TASKS:

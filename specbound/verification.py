@@ -32,7 +32,7 @@ from specbound.certified.arb import WORK_PREC, precision
 from specbound.certified.binomial import certifies
 from specbound.certified.bound import certify_bound, decimal_fraction, grid_m, readout_ball
 from specbound.certified.certificate import (
-    CertificateError, VerificationReport, ball, check_ball, check_floats, check_ranges, frac,
+    NOT_RECOMPUTED, CertificateError, VerificationReport, ball, check_ball, check_floats, check_ranges, frac,
     is_float_field, lower_matches, parse_ball, plan_from, read, settings_from, upper_matches,
 )
 from specbound.certified.factored import enclose
@@ -80,7 +80,8 @@ def _empirical(cert: dict, weights, settings, rep: VerificationReport, recompute
         return empirical_ball(weights, source, None, arb(1))[0], None
     recorded = parse_ball(cert["result"].get("empirical"))
     if not recompute:
-        rep.notes.append("empirical term taken from the certificate (not recomputed)")
+        # nothing below re-runs the forward passes: the report says so and is never plain VALID
+        rep.unchecked.append("empirical term")
         return recorded, None
     if given is not None:
         data = as_dataset(given)
@@ -122,7 +123,7 @@ def _occam_count(cert: dict, weights, settings, plan, data, rep: VerificationRep
     if data is None:
         count = recorded.get("count")
         if isinstance(count, int) and not isinstance(count, bool):
-            rep.notes.append("Occam route: its count K^ taken from the certificate (not recomputed)")
+            rep.unchecked.append("Occam count K^")  # taken on trust: never plain VALID
             return None, count
         return None, None
     fast = fast_pass_of(weights, data, FORWARD_FAST)
@@ -167,11 +168,7 @@ def _check_claims(cert: dict, weights, settings: BoundSettings, checkpoint, rep:
     """Every recorded field that changes what the number means, against its recomputation from the
     checkpoint and the proven theory (nothing here is a free choice)."""
     arch = cert.get("architecture") or {}
-    fresh_arch = {"num_layers": weights.num_layers, "num_heads": weights.num_heads, "width": weights.width,
-                  "head_dim": weights.head_dim, "ff_dim": weights.ff_dim, "activation": weights.activation,
-                  "num_matrices": len(weights.matrices), "variant": weights.variant,
-                  "num_kv_heads": weights.num_kv_heads}
-    for key, value in fresh_arch.items():
+    for key, value in weights.architecture().items():
         rep.compare(f"architecture.{key}", arch.get(key), value)
     rep.compare("checkpoint.layout", cert["checkpoint"].get("layout"), weights.layout)
     for j, (mat, rec) in enumerate(zip(weights.matrices, cert["matrices"])):
@@ -216,13 +213,14 @@ def _check_claims(cert: dict, weights, settings: BoundSettings, checkpoint, rep:
         rep.compare("empirical_source.detail.n", detail.get("n"), settings.n)
     if kind == EMPIRICAL_TRAIN:
         detail = src.get("detail") or {}
-        own = training_record(checkpoint)
+        own = training_record(weights, checkpoint)  # refuses a record that does not name these weights
         if own is None:
             rep.add("empirical_source.kind", kind, "the checkpoint records no training sample")
         else:
-            for key in ("task", "data_seed", "n"):
+            for key in ("task", "data_seed", "n", "tries"):
                 rep.compare(f"empirical_source.detail.{key}", detail.get(key), own[key])
             rep.compare("settings.n", settings.n, own["n"])
+            rep.compare("settings.tries", settings.tries, own["tries"])  # K charged as delta / K
 
 
 def verify(cert_source, checkpoint: str | os.PathLike | None = None, *, data=None,
@@ -321,6 +319,8 @@ def _verify(cert: dict, checkpoint, recompute_empirical: bool, data=None) -> Ver
         rep.checked += 1
         if Fraction(cert["settings"]["delta"]) != decimal_fraction(settings.delta):
             rep.add("settings.delta", cert["settings"]["delta"], frac(decimal_fraction(settings.delta)))
+        if "delta_charged" in cert["settings"]:
+            rep.compare("settings.delta_charged", cert["settings"]["delta_charged"], frac(settings.charged_delta()))
     except SpecboundError as exc:  # BoundSettings refused a recorded value
         raise CertificateError(f"certificate is malformed ({exc})") from None
     _check_claims(cert, weights, settings, checkpoint if checkpoint is not None else None, rep)
@@ -399,6 +399,9 @@ def _verify(cert: dict, checkpoint, recompute_empirical: bool, data=None) -> Ver
     rep.compare("result.route", res.get("route"), fresh.route)
     rep.compare("routes.reported", (cert.get("routes") or {}).get("reported"), fresh.route)
     rep.verdict = verdict
+    if rep.unchecked and rep.scope.get("empirical_certified"):
+        # the block verify prints must not call an empirical term certified that it did not recompute
+        rep.scope = {**rep.scope, "empirical": NOT_RECOMPUTED}
     for key, value in (("bound", fresh.bound), ("complexity", fresh.complexity),
                        ("confidence", fresh.confidence), ("partial", fresh.partial)):
         if value is None:

@@ -103,6 +103,9 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
     N = stated("width") or int(q0[1])
     d = stated("head_dim") or int(q0[2])
     d_ff = stated("ff_dim") or int(m0[1])
+    if min(H, N, d, d_ff) < 1:
+        raise LayoutError(f"{ckpt.path}: tensors 'layers.0.attn.W_Q' {tuple(q0)} and '{ff0}' {tuple(m0)} have an "
+                          "empty axis: heads, width, head dimension and feed-forward width must all be >= 1")
     H = helpers.agree(ckpt, "num_heads", H, num_heads, "the checkpoint")
     act = helpers.agree(ckpt, "activation", meta.get("activation"), activation, "metadata")
     if act is None:

@@ -54,7 +54,7 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
           view: str = VIEW_ANALYSIS) -> AnalysisWeights:
     """Covered matrices of a BERT-named encoder (see the module contract)."""
     helpers.check_view(view)
-    config, reads = Config(ckpt), Reads(ckpt)
+    config, reads = Config(ckpt, SPEC), Reads(ckpt)
     family = config.value("model_type", "bert")
     prefix, layers = helpers.one_prefix(ckpt, helpers.scan(ckpt, TABLE), "BERT")
     facts = helpers.resolve_facts(

@@ -39,7 +39,7 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
           view: str = VIEW_ANALYSIS) -> AnalysisWeights:
     """Covered matrices of a DistilBERT encoder (module contract)."""
     helpers.check_view(view)
-    config, reads = Config(ckpt), Reads(ckpt)
+    config, reads = Config(ckpt, SPEC), Reads(ckpt)
     prefix, layers = helpers.one_prefix(ckpt, helpers.scan(ckpt, TABLE), "DistilBERT")
     facts = helpers.resolve_facts(
         ckpt, config, TABLE, prefix, layers, num_heads=num_heads, layers_keys=("n_layers",),

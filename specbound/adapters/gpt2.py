@@ -54,7 +54,7 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
           view: str = VIEW_ANALYSIS) -> AnalysisWeights:
     """Covered matrices of a GPT-2 decoder (module contract)."""
     helpers.check_view(view)
-    config, reads = Config(ckpt), Reads(ckpt)
+    config, reads = Config(ckpt, SPEC), Reads(ckpt)
     prefix, layers = helpers.one_prefix(ckpt, _scan(ckpt), "GPT-2")
     L = config.int("n_layer") or 1 + max(layers)
     if L < 1 + max(layers):

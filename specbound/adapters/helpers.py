@@ -29,6 +29,7 @@ kept as :attr:`NamedMatrix.scale_sq` (1 for d_h = 4, 16, 64, 256, ...).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -103,6 +104,17 @@ def positive_int(ckpt, what: str, text, where: str) -> int | None:
     return value
 
 
+def finite_number(ckpt, what: str, value, where: str, minimum: float = 0) -> Fraction | None:
+    """``value`` as the exact rational of a finite real number >= ``minimum`` (None stays None);
+    a string, an array, a bool, NaN, an infinity or a smaller number is a one-line LayoutError."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < minimum:
+        raise LayoutError(f"{ckpt.path}: {where} {what}={_short(value)} is not a finite number >= {minimum}")
+    return Fraction(value)
+
+
 def activation(ckpt, name: str) -> str:
     """``name`` if it is one of :data:`ACTIVATIONS`, else a one-line LayoutError."""
     if name not in ACTIVATIONS:
@@ -121,13 +133,82 @@ def check_view(view: str) -> str:
 # --------------------------------------------------------------------------- config and tensors
 
 
-class Config:
-    """The checkpoint's config (``config.json`` or GGUF metadata), recording every key read."""
+def _absent(value: Any) -> bool:
+    return value is None
 
-    def __init__(self, ckpt) -> None:
+
+def _one(value: Any) -> bool:
+    return value is None or (not isinstance(value, bool) and value == 1)
+
+
+COMPUTATION_KEYS: dict[str, tuple[str, Any]] = {
+    # Hugging Face config keys (Granite, Gemma 2, OLMo, BERT-style relative positions)
+    "attention_multiplier": ("multiplies the attention scores in place of 1/sqrt(d_h)", _absent),
+    "residual_multiplier": ("scales every residual branch", _one),
+    "embedding_multiplier": ("scales the token embeddings", _one),
+    "logits_scaling": ("divides the output logits", _one),
+    "attn_logit_softcapping": ("caps the attention scores with tanh", _absent),
+    "final_logit_softcapping": ("caps the output logits with tanh", _absent),
+    "clip_qkv": ("clips queries, keys and values", _absent),
+    "position_embedding_type": ("adds relative-position terms to the attention scores",
+                                lambda v: v is None or v == "absolute"),
+    # GGUF metadata, after the architecture's prefix ("gemma2.attn_logit_softcapping")
+    "{arch}.attn_logit_softcapping": ("caps the attention scores with tanh", lambda v: v is None or v == 0),
+    "{arch}.final_logit_softcapping": ("caps the output logits with tanh", lambda v: v is None or v == 0),
+    "{arch}.residual_scale": ("scales every residual branch", _one),
+    "{arch}.embedding_scale": ("scales the token embeddings", _one),
+    "{arch}.logit_scale": ("scales the output logits", _one),
+    "{arch}.attention.scale": ("sets the attention score scale", _absent),
+}
+"""Config keys that change what a model computes, each with what it changes and the values that
+leave the computation as if it were absent.  An adapter that does not list such a key among its
+``config_keys`` (i.e. does not model it) refuses a config where it has another value
+(:meth:`Config.check`): reading the checkpoint as if the key were absent would analyse another
+network (a Granite model as Llama-style with c^2 = 1/d_h, Gemma 2 without its soft-capping)."""
+
+
+class Config:
+    """The checkpoint's config (``config.json`` or GGUF metadata), recording every key read.
+
+    With the adapter's ``spec`` the config is checked first (:meth:`check`): its family must be
+    one the adapter reads, and no key of :data:`COMPUTATION_KEYS` the adapter does not model may
+    change the computation."""
+
+    def __init__(self, ckpt, spec: AdapterSpec | None = None) -> None:
         self.ckpt = ckpt
         self.data: dict[str, Any] = dict(ckpt.config or {})
         self.used: dict[str, Any] = {}
+        if spec is not None:
+            self.check(spec)
+
+    def check(self, spec: AdapterSpec) -> None:
+        """One-line LayoutError when the config's ``model_type`` (GGUF: ``general.architecture``) is
+        not one of ``spec.families``, or when it sets keys that change the computation and that the
+        adapter does not model (all of them named)."""
+        family_key = "general.architecture" if "general.architecture" in self.data else "model_type"
+        family = self.data.get(family_key)
+        if family is not None and family not in spec.families:
+            raise LayoutError(
+                f"{self.where} {family_key} {family!r} is not a family the {spec.layout} adapter reads "
+                f"({', '.join(spec.families)}); its computation may differ in ways this adapter does not model")
+        arch = self.data.get("general.architecture")
+        unmodeled = []
+        for key, value in self.data.items():
+            generic = f"{{arch}}.{key[len(arch) + 1:]}" if isinstance(arch, str) and key.startswith(arch + ".") else key
+            known = COMPUTATION_KEYS.get(generic)
+            if known is None or generic in spec.config_keys:
+                continue
+            what, neutral = known
+            try:
+                harmless = bool(neutral(value))
+            except Exception:  # noqa: BLE001 - a value that cannot even be compared is not harmless
+                harmless = False
+            if not harmless:
+                unmodeled.append(f"{key}={_short(value)} ({what})")
+        if unmodeled:
+            raise LayoutError(
+                f"{self.where} sets {'; '.join(unmodeled)}: not modeled by the {spec.layout} adapter, "
+                "so the analysis model would not be this network; refused")
 
     @property
     def where(self) -> str:
@@ -173,6 +254,11 @@ class Config:
             return default, f"assumed {default} (no {'/'.join(keys)} in the config)"
         act = activation(self.ckpt, act)
         return act, (f"config {key} -> {act}" if stated is not None else f"argument -> {act}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 class Reads:
@@ -410,10 +496,15 @@ def one_prefix(ckpt, found: dict[str, set[int]], family: str) -> tuple[str, set[
 
 
 def two_d(ckpt, name: str) -> tuple[int, int]:
+    """The shape of a 2-D weight; one line when it is not 2-D or has an empty axis (an empty
+    weight would make the model's dimensions, and the score scale 1/d_h, zero)."""
     shape = ckpt.shape(name)
     if len(shape) != 2:
         raise LayoutError(f"{ckpt.path}: tensor '{name}' has shape {tuple(shape)} ({len(shape)}-D), "
                           f"expected a 2-D weight")
+    if min(int(d) for d in shape) < 1:
+        raise LayoutError(f"{ckpt.path}: tensor '{name}' has shape {tuple(int(d) for d in shape)}: an empty "
+                          "weight (every covered matrix needs both dimensions >= 1)")
     return int(shape[0]), int(shape[1])
 
 
@@ -452,6 +543,9 @@ def resolve_facts(ckpt, config: Config, table: NameTable, prefix: str, layers: s
     ff_name = n0["gate"] if table.gated else n0["ff_in"]
     ff_out, ff_in = two_d(ckpt, ff_name)
     d_ff = config.first_int(*ff_keys) or (ff_out if transposed else ff_in)
+    if min(N, d, d_ff) < 1:
+        raise LayoutError(f"{ckpt.path}: width {N}, head dimension {d} and feed-forward width {d_ff} must all be "
+                          f">= 1 (from layer 0's shapes and the config)")
     return Facts(num_layers=L, num_heads=H, width=N, head_dim=d, ff_dim=d_ff,
                  num_kv_heads=H_kv if H_kv != H else 0)
 

@@ -53,7 +53,8 @@ SPEC = AdapterSpec(
     capabilities=frozenset({CAPABILITY_MATRICES, CAPABILITY_CERTIFY}),
     config_keys=("model_type", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                  "hidden_size", "head_dim", "intermediate_size", "hidden_act", "hidden_activation",
-                 "query_pre_attn_scalar", "general.architecture", "{arch}.block_count",
+                 "query_pre_attn_scalar", "sliding_window", "use_sliding_window", "general.architecture",
+                 "{arch}.block_count", "{arch}.attention.sliding_window",
                  "{arch}.attention.head_count", "{arch}.attention.head_count_kv",
                  "{arch}.embedding_length", "{arch}.attention.key_length",
                  "{arch}.feed_forward_length", "{arch}.attention.scale"),
@@ -80,7 +81,7 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
     """Covered matrices of a Llama-style decoder (module contract)."""
     helpers.check_view(view)
     table, found = _table(ckpt)
-    config, reads = Config(ckpt), Reads(ckpt)
+    config, reads = Config(ckpt, SPEC), Reads(ckpt)
     prefix, layers = helpers.one_prefix(ckpt, found, "Llama-style")
     if table is GGUF:
         arch = str(config.value("general.architecture", "llama"))
@@ -97,8 +98,10 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
         act = helpers.agree(ckpt, "activation", default_act, activation,
                             f"GGUF architecture {arch!r}")
         source = f"GGUF general.architecture {arch!r} -> {act}"
-        stated = config.value(f"{arch}.attention.scale")
-        scale_sq = (Fraction(stated) ** 2 if stated else Fraction(1, facts.head_dim))
+        stated = helpers.finite_number(ckpt, f"{arch}.attention.scale", config.value(f"{arch}.attention.scale"),
+                                       "GGUF metadata", minimum=0)
+        # llama.cpp: kq_scale = attention.scale, or 1/sqrt(key_length) when it is 0 or absent
+        scale_sq = Fraction(stated) ** 2 if stated else Fraction(1, facts.head_dim)
     else:
         family = str(config.value("model_type", "llama"))
         facts = helpers.resolve_facts(
@@ -112,13 +115,18 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
         scale_sq = Fraction(1, scalar) if scalar else Fraction(1, facts.head_dim)
     parts = [helpers.read_layer(reads, table, prefix, l, facts, scale_sq) for l in range(facts.num_layers)]
     qk_norm = any(n.endswith(("q_norm.weight", "attn_q_norm.weight")) for n in ckpt.names())
+    biases = any(n.endswith(("_proj.bias", "attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"))
+                 for n in ckpt.names())
+    window = _sliding_window(config, family if table is GGUF else None)
     scope = helpers.scope(
         f"{family} decoder (Llama-style)", norm="RMSNorm" + (" (and the q/k norms)" if qk_norm else ""),
         kept=(f"per query head c W_Q, c^2 = {scale_sq}", "per key/value group W_K",
               "per query head value-output products W_V W_O", "gated feed-forward gate, up, down",
               "rotary position embeddings as exact rotations (rho_R = 1; the model's float tables are not read)"),
-        dropped=("residual connections", "token embeddings",
-                 "final norm and language-model head"),
+        extra_replaced=(() if window is None else
+                        (f"sliding-window attention (window {window}) -> the full causal mask",)),
+        dropped=(("attention biases",) if biases else ()) + ("residual connections", "token embeddings",
+                                                             "final norm and language-model head"),
         activation_source=source, config=config, view=view,
         readout="causal mask; none in the checkpoint: the analysis model reads out the last token with a fixed unit vector w",
     )
@@ -126,3 +134,14 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
              "readout_token": "last", "score_scale_sq": str(scale_sq)}
     return helpers.finish(ckpt, SPEC, facts, parts, view=view, ls=True, activation=act, scope=scope,
                           reads=reads, config=config, extra=extra)
+
+
+def _sliding_window(config: Config, arch: str | None):
+    """The sliding-window size the model's attention uses (None: full attention), from the GGUF
+    ``{arch}.attention.sliding_window`` or the config's ``sliding_window`` (unless
+    ``use_sliding_window`` is false, as in Qwen2 configs that carry an unused size)."""
+    if arch is not None:
+        return config.value(f"{arch}.attention.sliding_window")
+    if config.value("use_sliding_window", True) is False:
+        return None
+    return config.value("sliding_window")

@@ -41,7 +41,7 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
           view: str = VIEW_ANALYSIS) -> AnalysisWeights:
     """Covered matrices of a T5 encoder (module contract)."""
     helpers.check_view(view)
-    config, reads = Config(ckpt), Reads(ckpt)
+    config, reads = Config(ckpt, SPEC), Reads(ckpt)
     prefix, layers = helpers.one_prefix(ckpt, helpers.scan(ckpt, PLAIN), "T5")
     table = GATED if f"{prefix}{_FF.format(l=0)}wi_0.weight" in ckpt else PLAIN
     facts = helpers.resolve_facts(

@@ -66,7 +66,7 @@ def adapt(ckpt, *, num_heads: int | None = None, activation: str | None = None,
     if found is None:
         raise LayoutError(f"{ckpt.path}: not a ViT checkpoint ({SPEC.expected})")
     table, scanned = found
-    config, reads = Config(ckpt), Reads(ckpt)
+    config, reads = Config(ckpt, SPEC), Reads(ckpt)
     prefix, layers = helpers.one_prefix(ckpt, scanned, "ViT")
     facts = helpers.resolve_facts(
         ckpt, config, table, prefix, layers, num_heads=num_heads,

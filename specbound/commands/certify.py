@@ -156,7 +156,8 @@ def print_result(result: Certification) -> None:
     out.print(f"checkpoint: {result.checkpoint['path']}  (sha256 {result.checkpoint['sha256'][:16]}...)")
     for line in scope_lines(result.scope):
         out.print(escape(line))
-    out.print(f"n = {st.n}, delta = {b.delta}, margin rho~ = {_up(b.rho)} (beta_rho^{b.k_rho}), "
+    charged = f" (applied at delta / K = {st.charged_delta()}: K = {st.tries} tries)" if st.tries > 1 else ""
+    out.print(f"n = {st.n}, delta = {b.delta}{charged}, margin rho~ = {_up(b.rho)} (beta_rho^{b.k_rho}), "
               f"read-out {b.readout}, grid m = {b.m}")
     for note in b.notes.values():
         out.print(f"note: {note}")
@@ -164,13 +165,13 @@ def print_result(result: Certification) -> None:
         out.print("no empirical term (no data, no task, no --empirical-loss): this is NOT a bound")
     two = len(b.routes) > 1
     out.print(f"[bold]{escape(result.verdict.headline)}[/bold]"
-              + (f"  (route: {b.route}; each route at delta/{len(b.routes)}, the smaller is reported)"
+              + (f"  (route: {b.route}; each route at {st.level_phrase()}, the smaller is reported)"
                  if two and b.route else ""))
     if b.occam is not None:
         _print_occam(out, b)
     if two:
         rad = "no bound (no empirical term)" if b.rademacher is None else _up(b.rademacher)
-        out.print(f"  Rademacher route (delta/{len(b.routes)} = {b.settings.route_level()}): {rad}")
+        out.print(f"  Rademacher route ({b.settings.level_phrase()} = {b.settings.route_level()}): {rad}")
     if b.empirical is not None:
         out.print(f"  empirical ramp loss  {_up(b.empirical)}   ({_source_line(result)})")
     out.print(f"  complexity 2min(SS,DD) {_up(b.complexity)}   (SS = {_up(b.SS)}, DD = {_up(b.DD)})")
@@ -205,7 +206,7 @@ def _share(part, whole) -> str:
 def _print_occam(out, b) -> None:
     """The Occam route's line and its parts (proofs_notes/occam_route.md)."""
     o = b.occam
-    level = f" (delta/{len(b.routes)} = {o.level})" if len(b.routes) > 1 else ""
+    level = f" ({b.settings.level_phrase()} = {o.level})" if len(b.routes) > 1 else ""
     if o.bound is None:
         out.print(f"  Occam route{level}: no bound (no certified margin count)")
     else:
@@ -250,13 +251,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_destination(args) -> None:
     """--out: writable, and never one of this command's inputs (checked before any work)."""
-    from specbound.destination import check_file, check_folder, default_inputs, input_files
+    from specbound.destination import check_file, check_folder, checkpoint_inputs, input_files
+    from specbound.report import CONTRIBUTIONS_BY_LAYER_PNG, SPECTRAL_DECAY_PNG
 
-    inputs = input_files(args.checkpoint, args.data)
-    if args.checkpoint is None:
-        inputs += default_inputs()
+    inputs = checkpoint_inputs(args.checkpoint) + input_files(args.data)
     check_file(args.out, "--out", inputs)
-    check_folder(args.report, "--report")
+    check_folder(args.report, "--report", inputs, (SPECTRAL_DECAY_PNG, CONTRIBUTIONS_BY_LAYER_PNG))
 
 
 def _write(path, cert) -> None:

@@ -87,7 +87,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     b.add_argument("--workers", type=int, default=2,
                    help="processes that certify: 1 is this process, N >= 2 a local pool of N worker processes "
                         "(default 2)")
-    run.add_argument("--save", metavar="CKPT", help="also save the trained model (safetensors) and CKPT.json")
+    run.add_argument("--save", metavar="CKPT",
+                     help="also save the trained model (safetensors) and CKPT.json, its training record "
+                          "(bound to it by sha256 and architecture; with --sample train it asks certify for "
+                          "S = the training sample)")
     run.add_argument("--out", metavar="FILE", help="write the full result as JSON")
     run.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
@@ -161,9 +164,16 @@ def _run_one(args: argparse.Namespace) -> int:
         from specbound.output import write_json_atomic
         from pathlib import Path
 
+        from specbound.checkpoint import load_layers
+        from specbound.empirical import bound_training_record
+
         result.model.save(args.save)
         record = dict(result.training)
         record["test"] = result.test.as_dict()
+        # bound to the file just written (its sha256 and architecture, as certify will read them), and
+        # asking for S = the training sample when the experiment's bound used it
+        record = bound_training_record(record, load_layers(args.save, ()),
+                                       bound_on_training_sample=config.sample == "train")
         write_json_atomic(Path(args.save).with_suffix(".json"), record)
     if args.out is not None:
         from specbound.output import write_json_atomic
@@ -194,6 +204,8 @@ def _print_run(out: dict) -> None:
     print(f"bound sample S: {emp['kind']} ({'fresh i.i.d. draws' if emp['kind'] == 'fresh' else 'training sample'}"
           f"), n = {emp['n']}; certified ramp loss in [{emp['certified_lower']:.6g}, {emp['certified_upper']:.6g}] "
           f"({emp['per_sample_ms']:.1f} ms/sample, {emp['undecided']} undecided signs)")
+    if emp.get("assumption"):
+        print(f"  {emp['assumption']}")
     p = b["parts"]
     routes = b.get("routes") or {}
     two = "occam" in routes

@@ -29,10 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_destinations(args: argparse.Namespace) -> None:
     """--csv FILE and --report DIR: checked before any work (one line, nothing computed)."""
-    from specbound.destination import check_file, check_folder, input_files
+    from specbound.destination import check_file, check_folder, checkpoint_inputs
+    from specbound.report import CONTRIBUTION_PNG, SPECTRAL_DECAY_PNG
 
-    check_file(args.csv, "--csv", input_files(args.checkpoint))
-    check_folder(args.report, "--report")
+    inputs = checkpoint_inputs(args.checkpoint)
+    check_file(args.csv, "--csv", inputs)
+    check_folder(args.report, "--report", inputs, (SPECTRAL_DECAY_PNG, CONTRIBUTION_PNG))
 
 
 def say_written(paths) -> None:
@@ -45,13 +47,9 @@ def say_written(paths) -> None:
 
 
 def console():
-    from rich.console import Console
+    from specbound.terminal import console as terminal_console
 
-    # Piped output keeps whole rows instead of rich's 80-column default.
-    out = Console(highlight=False)
-    if not out.is_terminal:
-        out = Console(highlight=False, width=160)
-    return out
+    return terminal_console()
 
 
 def _fmt(x: float) -> str:

@@ -7,7 +7,8 @@ import math
 
 import numpy as np
 
-from specbound.errors import SpecboundError
+from specbound.errors import SpecboundError, option
+from specbound.tasks import check_sample_size
 from specbound.train import TrainConfig, fresh_sample, train, training_sample
 
 
@@ -54,6 +55,10 @@ class ExperimentConfig:
             raise ExperimentError(f"experiment: n must be >= 1, got {self.n}")
         if self.n_test < 1:
             raise ExperimentError(f"experiment: n_test must be >= 1, got {self.n_test}")
+        # samples are drawn whole: the limits of every drawn sample, before any training starts
+        for what, size in (("n", self.n), ("n_test", self.n_test)):
+            if size is not None:
+                check_sample_size(size, self.train.seq_len, f"experiment: {option(what)}")
         if self.margin is not None and not (self.margin > 0 and math.isfinite(self.margin)):
             raise ExperimentError(f"experiment: the margin must be a positive finite number, got {self.margin}")
         if not 0 < self.delta < 1:

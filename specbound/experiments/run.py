@@ -21,7 +21,7 @@ from specbound.experiments.config import ExperimentConfig
 from specbound.numeric.proxies import paper_proxies
 from specbound.pipeline import certify
 from specbound.progress import format_seconds, training_progress
-from specbound.scope import is_vacuous
+from specbound.scope import is_vacuous, training_sample_assumption
 from specbound.tasks import Task
 from specbound.vocabulary import LS_VARIANTS, RESIDUAL_VARIANTS
 from specbound.train import fresh_sample, train
@@ -238,6 +238,8 @@ def certified_bound(model, config: ExperimentConfig, *, plan=None) -> dict:
         "undecided": int(ramp.undecided), "certainly_misclassified": int(ramp.errors01),
         "seconds": float(ramp.seconds), "per_sample_ms": 1e3 * float(ramp.per_sample_seconds),
     }
+    if config.sample == "train":  # what a bound on the training sample rests on, in every output
+        out["empirical_sample"]["assumption"] = training_sample_assumption()
     out["pipeline_seconds"] = dict(result.seconds)
     return out
 

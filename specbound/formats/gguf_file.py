@@ -3,7 +3,8 @@
 Contract.  The header (key/value metadata, tensor names, dims, storage types, offsets) is parsed
 here from the file's bytes, every declared count and length checked against the bytes that remain
 *before* anything is allocated, so a truncated file or one declaring absurd sizes fails with one
-line and bounded memory.  Tensor values are read only on request, one tensor at a time, from a
+line and bounded memory; tensors whose data ranges overlap are refused, so what is read is
+bounded by the file's size.  Tensor values are read only on request, one tensor at a time, from a
 memory map.  GGUF lists dimensions fastest-varying first (``ne[0]`` is the row length); the shapes
 exposed here are reversed into numpy row-major order, so a linear layer's weight has the
 ``(out_features, in_features)`` orientation of ``torch.nn.Linear``.
@@ -191,7 +192,20 @@ def _parse(buf: mmap.mmap, path: Path) -> tuple[dict[str, Any], dict[str, tuple]
                 f"{path}: truncated or corrupt GGUF file (tensor '{name}' declares {nbytes} bytes "
                 f"at offset {start + offset}, file has {cur.size})"
             )
+    _refuse_overlaps(path, infos)
     return kv, infos, start
+
+
+def _refuse_overlaps(path: Path, infos: dict[str, tuple]) -> None:
+    """Each tensor owns its data bytes: two declared ranges that overlap are refused, so that the
+    values read (and the memory they take) stay bounded by the file's size."""
+    ranges = sorted((offset, offset + nbytes, name) for name, (_, _, offset, nbytes) in infos.items())
+    for (a0, a1, a), (b0, b1, b) in zip(ranges, ranges[1:]):
+        if b0 < a1:
+            raise CheckpointError(
+                f"{path}: corrupt GGUF file (tensors '{a}' and '{b}' declare overlapping data: bytes "
+                f"[{a0}, {a1}) and [{b0}, {b1}) after the header)"
+            )
 
 
 def _value_dtype(type_name: str) -> str:

@@ -16,15 +16,15 @@ it changes whenever any stored byte changes, and does not depend on the index's 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import CheckpointError, one_line
+from ..errors import CheckpointError
 from . import Opened, file_sha256
+from .json_file import read_json
 
 INDEX_FILES: tuple[str, ...] = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 """Index files of a sharded Hugging Face folder, in order of preference."""
@@ -35,12 +35,7 @@ MAX_INDEX_BYTES = 64 << 20
 
 def read_weight_map(index: Path) -> dict[str, str]:
     """The index's ``weight_map`` after the consistency checks on its own content."""
-    try:
-        if index.stat().st_size > MAX_INDEX_BYTES:
-            raise CheckpointError(f"{index}: index file is larger than {MAX_INDEX_BYTES} bytes")
-        parsed = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{index}: not a readable JSON index ({one_line(exc)})") from None
+    parsed = read_json(index, "JSON index", max_bytes=MAX_INDEX_BYTES)
     wmap = parsed.get("weight_map") if isinstance(parsed, dict) else None
     if not isinstance(wmap, dict) or not wmap:
         raise CheckpointError(

@@ -14,8 +14,12 @@ A :class:`specbound.nn.AnalysisTransformer` contributes its own-format tensors a
 SHA-256 of in-memory weights (what a certificate names instead of a file hash): the SHA-256 of
 the concatenation, over tensors in sorted name order, of ``name``, ``dtype``, ``shape`` (decimal
 sizes joined by ``,``), each UTF-8 and followed by a NUL byte, then the 8-byte little-endian
-length of the tensor's bytes and the bytes themselves (C order, little-endian).  It therefore
-identifies the exact stored values, names and layout, and nothing else (not the Python objects).
+length of the tensor's bytes and the bytes themselves (C order, little-endian; a dtype numpy has
+no type for -- bfloat16, float8, complex32 -- as its raw element bytes; a conjugate or negative view
+as the values it stands for; a quantized tensor as its integer representation followed by its
+scales as float64 and zero points (and channel axis) as int64).  It therefore identifies the exact
+stored values, names and layout, and nothing else (not the Python objects), for every tensor,
+including those that are never read (a tensor of an unreadable dtype is refused only if read).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CheckpointError
-from . import Opened
+from . import Opened, flatten_nested
 
 # torch is imported inside the functions below, never at module level: this module is imported by
 # every checkpoint open, and reading a file must not pay torch's start-up time (in-memory torch
@@ -69,19 +73,15 @@ def is_in_memory(obj: object) -> bool:
     return isinstance(obj, (Mapping, InMemorySource)) or _is_module(obj)
 
 
-def _flatten(obj: Mapping, prefix: str, out: dict[str, Any], label: str) -> None:
+def _flatten(obj: Mapping, label: str) -> dict[str, Any]:
+    """The tensors and arrays of a nested state dict by dotted name (:func:`flatten_nested`); any
+    other value is refused with one line."""
     import torch
 
-    for key, value in obj.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            _flatten(value, f"{name}.", out, label)
-        elif isinstance(value, (torch.Tensor, np.ndarray)):
-            out[name] = value
-        else:
-            raise CheckpointError(
-                f"{label}: entry '{name}' is a {type(value).__name__}, not a tensor or array"
-            )
+    def refuse(name: str, value: Any) -> None:
+        raise CheckpointError(f"{label}: entry '{name}' is a {type(value).__name__}, not a tensor or array")
+
+    return flatten_nested(obj, label, lambda v: isinstance(v, (torch.Tensor, np.ndarray)), refuse)
 
 
 def _check(name: str, value: Any, label: str) -> None:
@@ -113,20 +113,43 @@ def _dtype_name(value: Any) -> str:
 
 
 def _le_bytes(value: Any) -> bytes:
-    """The tensor's values as little-endian C-order bytes (bfloat16 as its 16-bit patterns)."""
+    """The tensor's values as little-endian C-order bytes (module contract): a dtype numpy lacks
+    (bfloat16 as its 16-bit patterns, the float8 types, complex32, ...) as its raw element bytes, a
+    conjugate or negative view as the values it stands for, a quantized tensor as its integer
+    representation followed by its quantization parameters (scales as float64, zero points and axis
+    as int64)."""
     if _torch_tensor(value):
         import torch
 
-        t = value.detach().cpu().contiguous()
+        t = value.detach().cpu()
+        if t.is_quantized:
+            return _quantized_bytes(t)
+        t = t.resolve_conj().resolve_neg().contiguous()
         if t.dtype == torch.bfloat16:
             t = t.view(torch.int16)
         if t.dtype == torch.bool:
             t = t.to(torch.uint8)
-        value = t.numpy()
+        try:
+            value = t.numpy()
+        except (TypeError, RuntimeError):  # no numpy dtype: the element bytes themselves
+            return t.reshape(-1).view(torch.uint8).numpy().tobytes()
     arr = np.ascontiguousarray(value)
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
     return arr.tobytes(order="C")
+
+
+def _quantized_bytes(t) -> bytes:
+    import torch
+
+    parts = [_le_bytes(t.int_repr())]
+    if t.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        parts += [np.float64(t.q_scale()).tobytes(), np.int64(t.q_zero_point()).tobytes()]
+    else:
+        parts += [_le_bytes(t.q_per_channel_scales().to(torch.float64)),
+                  _le_bytes(t.q_per_channel_zero_points().to(torch.int64)),
+                  np.int64(t.q_per_channel_axis()).tobytes()]
+    return b"".join(parts)
 
 
 def state_sha256(tensors: Mapping[str, Any]) -> str:
@@ -162,8 +185,7 @@ def open_state_dict(obj: Any) -> Opened:
             config = dict(raw_config.to_dict())
     else:
         state = obj
-    tensors: dict[str, Any] = {}
-    _flatten(state, "", tensors, label)
+    tensors = _flatten(state, label)
     if not tensors:
         raise CheckpointError(f"{label}: holds no tensors")
     for name, value in tensors.items():

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CheckpointError, one_line
-from . import Opened
+from . import MAX_STATE_DEPTH, Opened, flatten_nested  # noqa: F401 (MAX_STATE_DEPTH: re-exported)
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin")
 """File extensions read as a PyTorch state dict."""
@@ -99,30 +99,22 @@ def open_torch(path: Path) -> Opened:
     return Opened(shapes=shapes, dtypes=dtypes, metadata=metadata, fetch=fetch)
 
 
-#: nesting of a state dict beyond this is not a checkpoint
-MAX_STATE_DEPTH = 32
-
-
-def flatten_state(obj: Mapping, prefix: str, out: dict, metadata: dict, path: Path | None = None,
-                  _seen: tuple[int, ...] = ()) -> None:
+def flatten_state(obj: Mapping, prefix: str, out: dict, metadata: dict, path: Path | None = None) -> None:
+    """Tensors of a loaded state dict into ``out`` (dotted names, :func:`specbound.formats.flatten_nested`)
+    and its top-level ``"__metadata__"`` mapping into ``metadata``; other plain values (epoch
+    counters, strings) carry no weights and are ignored.  Meta-device and non-strided tensors are
+    refused with one line."""
     import torch
 
-    if id(obj) in _seen:
-        raise CheckpointError(f"{path}: the state dict contains itself (at '{prefix.rstrip('.')}')")
-    if len(_seen) >= MAX_STATE_DEPTH:
-        raise CheckpointError(f"{path}: the state dict is nested deeper than {MAX_STATE_DEPTH} levels")
-    seen = _seen + (id(obj),)
-    for key, value in obj.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, torch.Tensor):
-            if value.is_meta:
-                raise CheckpointError(f"{path}: tensor '{name}' is on the meta device (it holds no "
-                                      "values; save the loaded weights)")
-            if value.layout != torch.strided:
-                raise CheckpointError(f"{path}: tensor '{name}' has layout {value.layout} (dense only)")
-            out[name] = value
-        elif key == "__metadata__" and not prefix and isinstance(value, Mapping):
-            metadata.update({str(k): str(v) for k, v in value.items()})
-        elif isinstance(value, Mapping):
-            flatten_state(value, f"{name}.", out, metadata, path, seen)
-        # Other plain values (epoch counters, strings) carry no weights and are ignored.
+    top = obj.get("__metadata__") if not prefix else None
+    if isinstance(top, Mapping):
+        metadata.update({str(k): str(v) for k, v in top.items()})
+    tensors = flatten_nested(obj, path, lambda v: isinstance(v, torch.Tensor), lambda name, value: None,
+                             skip=frozenset({"__metadata__"}) if isinstance(top, Mapping) else frozenset())
+    for name, value in tensors.items():
+        if value.is_meta:
+            raise CheckpointError(f"{path}: tensor '{prefix}{name}' is on the meta device (it holds no "
+                                  "values; save the loaded weights)")
+        if value.layout != torch.strided:
+            raise CheckpointError(f"{path}: tensor '{prefix}{name}' has layout {value.layout} (dense only)")
+        out[f"{prefix}{name}"] = value

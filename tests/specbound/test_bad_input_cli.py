@@ -355,3 +355,160 @@ def test_an_interrupt_while_the_command_module_imports_is_one_line(monkeypatch, 
     assert cli.main(["certify"]) == 130
     out, err = capsys.readouterr()
     assert out == "" and err.strip().splitlines() == ["specbound: interrupted"]
+
+
+# ---------------------------------------------------------------- issue 30: every file read is an input
+
+
+@pytest.fixture
+def sharded(tmp_path):
+    """A sharded GPT-2 folder whose shards have no weights suffix (the index names them)."""
+    from safetensors.numpy import save_file
+
+    from .test_engine import gpt2_tensors
+
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    tensors = gpt2_tensors()
+    names = sorted(tensors)
+    half = len(names) // 2
+    wmap = {}
+    for shard, part in (("part-a", names[:half]), ("part-b", names[half:])):
+        save_file({k: tensors[k] for k in part}, str(folder / shard))
+        wmap.update({k: shard for k in part})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": wmap}))
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 3, "n_head": 3, "n_embd": 24}))
+    return folder
+
+
+@pytest.mark.parametrize("given", ["folder", "index"])
+@pytest.mark.parametrize("target", ["part-a", "part-b", "config.json", "model.safetensors.index.json"])
+def test_out_may_not_replace_a_shard_or_the_config_of_a_sharded_checkpoint(capsys, sharded, given, target):
+    source = sharded if given == "folder" else sharded / "model.safetensors.index.json"
+    refused(capsys, ["certify", source, "--n", "1000", "--out", sharded / target], sharded.parent, "input")
+    refused(capsys, ["spectra", source, "--csv", sharded / target], sharded.parent, "input")
+
+
+def test_out_may_not_replace_the_training_record(capsys, files):
+    d, own, _ = files
+    record = own.with_suffix(".json")
+    assert not record.exists()  # even absent: a record written there would change the next run's S
+    refused(capsys, ["certify", own, *EMP, "--out", record], d, "input")
+    record.write_text(json.dumps({"task": {}}))
+    try:
+        refused(capsys, ["certify", own, *EMP, "--out", record], d, "input")
+    finally:
+        record.unlink()
+
+
+def test_out_may_not_write_into_a_cached_repo(capsys, tmp_path, monkeypatch):
+    from .test_formats_hf_cache import REPO, fake_cache
+
+    hub = tmp_path / "hub"
+    snap = fake_cache(hub)
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    for target in (snap / "config.json", snap / "model.safetensors", snap / "cert.json",
+                   snap.parent.parent / "blobs" / "bbb"):
+        refused(capsys, ["certify", REPO, *EMP, "--out", target], hub, "input")
+    refused(capsys, ["spectra", REPO, "--csv", snap / "config.json"], hub, "input")
+    assert main(["spectra", REPO, "--json"]) == 0  # the cached model still loads
+
+
+@pytest.mark.parametrize("command", ["spectra", "proxies"])
+def test_report_may_not_replace_a_checkpoint_named_like_a_report_file(capsys, tmp_path, command):
+    from .test_engine import gpt2_tensors
+
+    folder = tmp_path / "report"
+    folder.mkdir()
+    from safetensors.numpy import save_file
+
+    ckpt = folder / "spectral_decay.png"  # a safetensors file with a report file's name
+    save_file(gpt2_tensors(), str(ckpt))
+    refused(capsys, [command, ckpt, "--num-heads", "3", "--report", folder], tmp_path, "--report", "input")
+
+
+# ---------------------------------------------------------------- issue 30: no traceback, quiet pipes
+
+
+@pytest.mark.parametrize("argv", [["certify", "--samples", "50"], ["certify", "--samples", "50", "--json"],
+                                  ["verify", "CERT"]])
+def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path, argv):
+    # `specbound ... | head`: the reader goes away; no traceback, and not status 1 (verify's INVALID),
+    # also when the output is a rich table (rich itself exits with status 1 on a broken pipe)
+    from specbound.cli import BROKEN_PIPE_STATUS
+
+    if "CERT" in argv:
+        cert = tmp_path / "cert.json"
+        assert main(["certify", "--samples", "50", "--out", str(cert)]) == 0
+        argv = ["verify", str(cert)]
+    read, write = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "specbound", *argv], stdout=write, stderr=subprocess.PIPE)
+    os.close(write)
+    os.close(read)  # nobody reads: every write of the command fails with EPIPE
+    err = proc.communicate(timeout=300)[1].decode()
+    assert proc.returncode == BROKEN_PIPE_STATUS and err == "", (proc.returncode, err)
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda r: r.__setitem__("task", {"name": "x", "positions": [1]}), "recorded task is malformed"),
+    (lambda r: r["task"].__setitem__("symbol_bits", [[1]]), "recorded task is malformed"),
+    (lambda r: r["config"].__setitem__("n_train", 10**11), "outside [1, 100000000]"),
+    (lambda r: r["config"].__setitem__("data_seed", "seven"), "config.data_seed"),
+    (lambda r: r["config"].pop("n_train"), "asks for its training sample"),
+])
+def test_a_malformed_training_record_is_one_line(capsys, tmp_path, mutate, needle):
+    import shutil
+
+    from specbound.data import default_checkpoint_path
+
+    src = default_checkpoint_path()
+    shutil.copy(src, tmp_path / "m.safetensors")
+    record = json.loads(src.with_suffix(".json").read_text())
+    mutate(record)
+    (tmp_path / "m.json").write_text(json.dumps(record))
+    refused(capsys, ["certify", tmp_path / "m.safetensors"], tmp_path, needle)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_a_checkpoint_whose_tensors_are_all_empty_is_one_line(capsys, tmp_path, family):
+    from .test_engine import gpt2_tensors
+
+    tensors = bert_tensors(0) if family == "bert" else gpt2_tensors()
+    empty = {k: np.zeros((0,) * v.ndim, np.float32) for k, v in tensors.items()}
+    path = write_checkpoint(tmp_path / family, empty, "hf-safetensors")
+    for command in (["certify", path, "--num-heads", "2", *EMP], ["spectra", path, "--num-heads", "2"]):
+        refused(capsys, command, tmp_path, "empty")
+
+
+def test_inputs_all_at_the_smallest_subnormal_certify_without_a_warning(capsys, files, tmp_path):
+    # every float choice overflows here: the planner's first candidate stands (floats only choose),
+    # and no numpy warning reaches the terminal
+    d, own, _ = files
+    data = tmp_path / "tiny.npz"
+    np.savez(data, labels=np.array([1, -1, 1]), inputs=np.full((3, 4, 6), 5e-324))
+    capsys.readouterr()
+    assert main(["certify", str(own), "--data", str(data), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and json.loads(out)["result"]["is_bound"]
+
+
+def test_a_safetensors_file_whose_header_length_starts_like_a_pickle_is_read(tmp_path):
+    # an unknown extension is decided by content: a header length with low byte 0x80 made the file
+    # look like a pickle (protocol marker 0x80)
+    import struct
+
+    from safetensors.numpy import save_file
+
+    from specbound.checkpoint import open_checkpoint
+
+    tensors = bert_tensors(0)
+    path = tmp_path / "weights"
+    for pad in range(0, 600):
+        save_file(tensors, str(path), metadata={"pad": "x" * pad})
+        if path.read_bytes()[0] == 0x80:
+            break
+    assert path.read_bytes()[0] == 0x80 and struct.unpack("<Q", path.read_bytes()[:8])[0] < path.stat().st_size
+    ckpt = open_checkpoint(path)
+    assert ckpt.container == "safetensors"
+    name = sorted(tensors)[0]
+    np.testing.assert_array_equal(ckpt.tensor(name), tensors[name].astype(np.float64))

@@ -168,7 +168,7 @@ def test_certify_on_the_training_sample_when_the_record_asks_for_it(capsys, tmp_
     # is computed on exactly the n_train examples training drew, and verify re-draws the same ones.
     from dataclasses import replace
 
-    from specbound.empirical import resolve
+    from specbound.empirical import bound_training_record, resolve
     from specbound.checkpoint import load_weights
     from specbound.errors import SpecboundError
     from specbound.train import TrainConfig, train, training_sample
@@ -178,8 +178,9 @@ def test_certify_on_the_training_sample_when_the_record_asks_for_it(capsys, tmp_
     model, record = train(cfg)
     ckpt = tmp_path / "m.safetensors"
     model.save(ckpt)
-    ckpt.with_suffix(".json").write_text(json.dumps({**record, "bound_sample": "train"}))
     weights = load_weights(ckpt)
+    record = bound_training_record(record, weights, bound_on_training_sample=True)  # names its checkpoint
+    ckpt.with_suffix(".json").write_text(json.dumps(record))
     source, data, n = resolve(weights, ckpt, None, n=None, empirical=None, samples=None, seed=None)
     tokens, labels = training_sample(cfg)
     assert source.kind == "train" and source.certified and n == 24 == data.n

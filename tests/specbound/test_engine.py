@@ -191,8 +191,10 @@ def test_no_engine_means_no_dask_import():
 @pytest.mark.parametrize("argv, needle", [
     (["--workers", "0"], "--workers must be >= 1"),
     (["--workers", "two"], "--workers must be an integer"),
+    (["--workers", "100000"], "--workers must be at most"),  # issue 30: no pool of 100000 processes
 ])
-def test_engine_options_are_checked_in_one_line(capsys, argv, needle):
+def test_engine_options_are_checked_in_one_line(capsys, monkeypatch, argv, needle):
+    _no_pool(monkeypatch)
     assert main(["certify", "--samples", "10", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0]
@@ -201,15 +203,28 @@ def test_engine_options_are_checked_in_one_line(capsys, argv, needle):
 @pytest.mark.parametrize("options, needle", [
     (dict(workers=0), "workers must be an integer >= 1, got 0"),
     (dict(workers=2.5), "workers must be an integer >= 1, got 2.5"),
+    (dict(workers=100000), "workers must be at most"),
     (dict(workers=2, scheduler="tcp://127.0.0.1:9"), "give one of workers / scheduler, not several"),
     (dict(workers=2, engine=InProcess()), "give one of engine / workers, not several"),
 ])
-def test_api_engine_options_are_checked_in_one_line(options, needle):
+def test_api_engine_options_are_checked_in_one_line(monkeypatch, options, needle):
     from specbound.pipeline import certify
 
+    _no_pool(monkeypatch)
     with pytest.raises(SpecboundError) as info:
         certify(samples=10, **options)
-    assert str(info.value) == needle
+    assert str(info.value).startswith(needle) and "\n" not in str(info.value)
+
+
+def _no_pool(monkeypatch) -> None:
+    """Refused options must not start a pool (were one of 100000 processes started, the test fails
+    at once instead of forking them)."""
+    import specbound.pool
+
+    def refuse(workers):
+        raise AssertionError(f"a pool of {workers} processes was started")
+
+    monkeypatch.setattr(specbound.pool, "start", refuse)
 
 
 def test_unreachable_scheduler_is_one_line(capsys):
@@ -386,3 +401,167 @@ def test_signals_end_a_run_on_a_scheduler_in_one_line(dask_cluster, sig, rc, lin
             time.sleep(0.2)
         assert not any(watcher.processing().values()), "the command's tasks outlived it"
         assert len(watcher.scheduler_info()["workers"]) == 2
+
+
+# ------------------------------------------------------------------------------------------------ issue 30: inputs
+
+
+def _swap_after_the_structure(monkeypatch, path: Path, replacement: Path) -> None:
+    """Replace ``path``'s file by ``replacement`` once the client has read the structure (and hashed
+    it), before any task opens it: every worker then sees another file at the same path."""
+    import os
+    import shutil
+
+    import specbound.pipeline as pipeline
+
+    real = pipeline.load_layers
+
+    def then_swap(*a, **k):
+        out = real(*a, **k)
+        tmp = path.with_name(path.name + ".swap")
+        shutil.copy(replacement, tmp)
+        os.replace(tmp, path)
+        return out
+
+    monkeypatch.setattr(pipeline, "load_layers", then_swap)
+
+
+def test_a_task_that_reads_other_bytes_than_the_client_fails(tmp_path):
+    from specbound.engine import enclose_task, source_of
+
+    path = gpt2_folder(tmp_path / "g")
+    weights = load_layers(path, ())
+    layer, idx = tasks_of(weights)[0]
+    enclose_task(source_of(path, num_heads=None, view="analysis", sha256=weights.sha256), layer, idx)
+    with pytest.raises(SpecboundError, match="other bytes than the client") as info:
+        enclose_task(source_of(path, num_heads=None, view="analysis", sha256="0" * 64), layer, idx)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("options", [[], ["--workers", "2"]])
+def test_a_worker_that_sees_another_file_at_the_same_path_fails_the_run(capsys, tmp_path, monkeypatch, options):
+    # the tasks (in process, or on pool workers forked after the swap) open the path and find other
+    # bytes: one line, exit 2, no certificate (before, the certificate named the client's sha256 over
+    # the enclosures of the other weights)
+    path = gpt2_folder(tmp_path / "g")
+    other = gpt2_folder(tmp_path / "h", gpt2_tensors(seed=1))  # same shapes, other weights
+    _swap_after_the_structure(monkeypatch, path / "model.safetensors", other / "model.safetensors")
+    out = tmp_path / "cert.json"
+    assert main(["certify", str(path), "--n", "1000000", "--out", str(out), *options]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "other bytes than the client" in err[0], err
+    assert not out.exists()
+
+
+def test_a_dask_worker_that_sees_another_file_fails_the_run(dask, tmp_path, monkeypatch):
+    from specbound.pipeline import certify
+
+    path = gpt2_folder(tmp_path / "g")
+    other = gpt2_folder(tmp_path / "h", gpt2_tensors(seed=1))
+    _swap_after_the_structure(monkeypatch, path / "model.safetensors", other / "model.safetensors")
+    with pytest.raises(SpecboundError, match="other bytes than the client") as info:
+        certify(path, n=10**6, engine=dask)
+    assert "\n" not in str(info.value)
+
+
+# ------------------------------------------------------------------------------------------------ issue 30: no hang
+
+
+def _bounded(code: str, timeout: float = 120):
+    """Run ``code`` in a fresh interpreter with ``NO_WORKER_SECONDS = 2``; a hang fails the test
+    after ``timeout`` seconds instead of blocking the suite."""
+    import subprocess
+    import sys
+
+    prelude = "import specbound.engine as e; e.NO_WORKER_SECONDS = 2.0\n"
+    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def scheduler_alone():
+    """A Dask scheduler with no worker (the test's own)."""
+    distributed = pytest.importorskip("distributed")
+    import logging
+
+    with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=":0",
+                                  silence_logs=logging.ERROR) as cluster:
+        yield cluster.scheduler_address
+
+
+def test_a_scheduler_with_no_worker_ends_in_one_line(scheduler_alone, tmp_path):
+    path = gpt2_folder(tmp_path / "g")
+    out = _bounded(f"from specbound.cli import main; raise SystemExit(main(['spectra', {str(path)!r}, "
+                   f"'--scheduler', {scheduler_alone!r}]))")
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(err) == 1 and "no worker for 2 s" in err[0], out.stderr
+
+
+def test_a_run_whose_only_worker_dies_ends_in_one_line(scheduler_alone):
+    # a worker without a nanny, killed mid-task: nothing restarts it, and the client must not wait forever
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from distributed import Client
+
+    worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", scheduler_alone, "--no-nanny",
+                               "--nthreads", "1", "--no-dashboard"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        with Client(scheduler_alone, timeout=30) as watcher:
+            watcher.wait_for_workers(1, timeout=60)
+        killer = threading.Timer(8.0, worker.send_signal, (signal.SIGKILL,))
+        killer.start()
+        out = _bounded("import time\nfrom specbound.errors import SpecboundError\n"
+                       f"with e.open_engine(scheduler={scheduler_alone!r}) as engine:\n"
+                       "    try:\n        engine.map(time.sleep, [(300,)])\n"
+                       "    except SpecboundError as exc:\n        print('ERROR', exc)\n")
+        killer.cancel()
+        assert out.returncode == 0 and out.stdout.startswith("ERROR") and "no worker for 2 s" in out.stdout, out
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+# ------------------------------------------------------------------------------------------------ issue 30: Ctrl-C
+
+
+def test_ctrl_c_while_pool_workers_start_prints_no_worker_traceback():
+    # the terminal sends Ctrl-C to the whole process group; a worker that received it before its
+    # initializer ignored SIGINT printed a KeyboardInterrupt traceback.  The window is widened here
+    # (a slow step of the child's bootstrap, before the initializer), so the signal surely lands in
+    # it, and the parent waits before stopping the pool, so a traceback would have time to print.
+    import signal
+    import subprocess
+    import sys
+
+    code = """
+import os, signal, time
+import multiprocessing.util as util
+import specbound.pool as pool
+real = util._close_stdin
+def slow():
+    time.sleep(1.5)
+    real()
+util._close_stdin = slow
+executor = pool.start(2)
+try:
+    executor.submit(pow, 2, 3)
+    time.sleep(0.5)
+    os.killpg(0, signal.SIGINT)
+    time.sleep(5)
+    print("not interrupted")
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    time.sleep(3)
+finally:
+    pool.terminate(executor)
+"""
+    # a run started in the background of a script inherits SIGINT ignored (POSIX) and Python keeps it
+    # so: give the child the default disposition a terminal gives it
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert out.stdout.strip() == "interrupted", out
+    assert "Traceback" not in out.stderr and "KeyboardInterrupt" not in out.stderr, out.stderr

@@ -370,3 +370,136 @@ def test_gemma3_gguf_certifies_through_the_ls_analysis_model(gemma_gguf, capsys)
     assert scope["variant"] == "ls" and "q/k norms" in " ".join(scope["replaced"])
     assert doc["architecture"]["num_layers"] == 18 and doc["architecture"]["num_kv_heads"] == 1
     assert doc["result"]["is_bound"] is False and doc["result"]["label"].startswith("NOT A BOUND")
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 30: a config key the adapter does not model, or a family outside its list, is refused
+
+
+def _tiny(cls_config: str, cls_model: str, folder, **extra):
+    config = getattr(transformers, cls_config)(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                               num_key_value_heads=2, intermediate_size=48, vocab_size=40,
+                                               head_dim=16, **extra)
+    getattr(transformers, cls_model)(config).save_pretrained(folder)
+    return folder
+
+
+def _config_edit(folder, **changes):
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    for key, value in changes.items():
+        if value is _DROP:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    path.write_text(json.dumps(config))
+
+
+_DROP = object()
+GRANITE_KEYS = ("attention_multiplier", "residual_multiplier", "embedding_multiplier", "logits_scaling")
+
+
+def test_a_granite_model_is_refused_by_family_and_by_its_multipliers(tmp_path, capsys):
+    folder = _tiny("GraniteConfig", "GraniteModel", tmp_path / "granite", attention_multiplier=0.015625,
+                   residual_multiplier=0.22, embedding_multiplier=12.0, logits_scaling=8.0)
+    capsys.readouterr()  # save_pretrained's progress
+    for command in (["spectra", str(folder)], ["certify", str(folder), "--n", "1000"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "model_type 'granite'" in err[0] and "llama" in err[0], err
+    _config_edit(folder, model_type="llama")  # disguised: the keys themselves are refused, each named
+    with pytest.raises(LayoutError) as info:
+        load_weights(folder)
+    for key in GRANITE_KEYS:
+        assert key in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_gemma2_soft_capping_is_refused_naming_both_caps(tmp_path):
+    folder = _tiny("Gemma2Config", "Gemma2Model", tmp_path / "gemma2")
+    with pytest.raises(LayoutError) as info:
+        load_weights(folder)
+    assert "attn_logit_softcapping" in str(info.value) and "final_logit_softcapping" in str(info.value)
+    _config_edit(folder, attn_logit_softcapping=None, final_logit_softcapping=None)  # no capping: read
+    scope = load_weights(folder).scope
+    assert any("sliding-window attention" in r for r in scope.replaced)  # Gemma 2's local layers, stated
+
+
+def test_neutral_values_of_those_keys_are_read(tmp_path):
+    folder = _tiny("LlamaConfig", "LlamaModel", tmp_path / "llama")
+    _config_edit(folder, residual_multiplier=1.0, embedding_multiplier=1, attn_logit_softcapping=None)
+    assert load_weights(folder).variant == "ls"
+    _config_edit(folder, residual_multiplier=0.5)
+    with pytest.raises(LayoutError, match="residual_multiplier=0.5"):
+        load_weights(folder)
+
+
+@pytest.mark.parametrize("name, model_type", [("bert", "ernie"), ("gpt2", "gpt_bigcode"), ("vit", "deit"),
+                                              ("llama", "cohere")])
+def test_a_model_type_outside_the_adapters_families_is_refused(saved, tmp_path, name, model_type):
+    import shutil
+
+    folder = tmp_path / name
+    shutil.copytree(saved[name][1], folder)
+    _config_edit(folder, model_type=model_type)
+    with pytest.raises(LayoutError, match=f"model_type '{model_type}' is not a family") as info:
+        load_weights(folder)
+    assert "\n" not in str(info.value)
+
+
+def test_relative_position_scores_in_a_bert_config_are_refused(saved, tmp_path):
+    import shutil
+
+    folder = tmp_path / "bert"
+    shutil.copytree(saved["bert"][1], folder)
+    _config_edit(folder, position_embedding_type="relative_key")
+    with pytest.raises(LayoutError, match="position_embedding_type='relative_key'"):
+        load_weights(folder)
+
+
+def test_gguf_architecture_and_soft_capping_are_checked(tmp_path):
+    pytest.importorskip("gguf")
+    from .test_formats_gguf import write_gguf
+
+    rng = np.random.default_rng(0)
+    tensors = {}
+    for name, shape in (("attn_q", (32, 32)), ("attn_k", (32, 32)), ("attn_v", (32, 32)), ("attn_output", (32, 32)),
+                        ("ffn_gate", (64, 32)), ("ffn_up", (64, 32)), ("ffn_down", (32, 64))):
+        tensors[f"blk.0.{name}.weight"] = (0.1 * rng.standard_normal(shape)).astype(np.float32)
+
+    def write(arch, kv):
+        path = tmp_path / f"{arch}-{len(kv)}.gguf"
+        write_gguf(path, tensors, {f"{arch}.attention.head_count": 2, **kv}, arch=arch)
+        return path
+
+    assert load_weights(write("llama", {})).variant == "ls"
+    with pytest.raises(LayoutError, match="general.architecture 'granite' is not a family"):
+        load_weights(write("granite", {"granite.residual_scale": 0.22}))
+    with pytest.raises(LayoutError, match="gemma2.attn_logit_softcapping=50.0"):
+        load_weights(write("gemma2", {"gemma2.attn_logit_softcapping": 50.0}))
+
+
+@pytest.mark.parametrize("value", ["0.125", float("nan"), float("inf"), -0.125, [0.125, 0.25]])
+def test_a_gguf_attention_scale_that_is_not_a_finite_number_is_one_line(tmp_path, value):
+    gguf = pytest.importorskip("gguf")
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "scale.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_uint32("llama.attention.head_count", 2)
+    if isinstance(value, str):
+        w.add_string("llama.attention.scale", value)
+    elif isinstance(value, list):
+        w.add_array("llama.attention.scale", value)
+    else:
+        w.add_float32("llama.attention.scale", value)
+    for name, shape in (("attn_q", (32, 32)), ("attn_k", (32, 32)), ("attn_v", (32, 32)), ("attn_output", (32, 32)),
+                        ("ffn_gate", (64, 32)), ("ffn_up", (64, 32)), ("ffn_down", (32, 64))):
+        w.add_tensor(f"blk.0.{name}.weight", (0.1 * rng.standard_normal(shape)).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(LayoutError, match="llama.attention.scale=.* is not a finite number") as info:
+        load_weights(path)
+    assert "\n" not in str(info.value)

@@ -278,6 +278,31 @@ def test_bad_magic_version_and_duplicate_names(tmp_path):
     one_line(ei, "'w'", "twice")
 
 
+def test_tensors_whose_data_ranges_overlap_are_refused(tmp_path):
+    # issue 30: many tensors declaring the same bytes made a small file expand without bound
+    path = tmp_path / "overlap.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tensor("w", np.ones((4, 32), np.float32))
+    w.add_tensor("v", np.ones((4, 32), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    ckpt = open_checkpoint(path)  # as written: disjoint ranges
+    np.testing.assert_array_equal(ckpt.tensor("v"), np.ones((4, 32)))
+    blob = bytearray(path.read_bytes())
+    info = blob.index(b"\x01\x00\x00\x00\x00\x00\x00\x00v") + 9  # after v's name
+    at = info + 4 + 2 * 8 + 4  # n_dims, two dims, type: then the u64 offset
+    assert struct.unpack_from("<Q", blob, at)[0] == 4 * 32 * 4  # v follows w
+    for offset in (0, 4 * 32 * 4 - 32):  # v starting where w starts, or inside it
+        struct.pack_into("<Q", blob, at, offset)
+        bad = tmp_path / f"bad{offset}.gguf"
+        bad.write_bytes(bytes(blob))
+        with pytest.raises(CheckpointError) as ei:
+            open_checkpoint(bad)
+        one_line(ei, str(bad), "'w'", "'v'", "overlapping")
+
+
 def test_unsupported_quant_type_is_refused_by_name(tmp_path):
     rng = np.random.default_rng(1)
     size = gguf.GGML_QUANT_SIZES[Q.Q4_1][1]

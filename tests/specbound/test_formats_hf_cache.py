@@ -10,7 +10,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from specbound.checkpoint import load_weights, open_checkpoint
-from specbound.errors import SourceNotFoundError
+from specbound.errors import SourceNotFoundError, SpecboundError
 from specbound.formats import hf_cache
 from .test_adapters import bert_config, bert_tensors
 
@@ -94,3 +94,55 @@ def test_existing_path_wins_over_repo_id(tmp_path, monkeypatch):
     assert ckpt.path.resolve() == (local / "model.safetensors").resolve()
     name = sorted(tensors)[0]
     np.testing.assert_array_equal(ckpt.tensor(name), tensors[name].astype(np.float64))
+
+
+# ---------------------------------------------------------------- issue 30: the cache is not left
+
+
+def _outside(tmp_path):
+    """A model folder outside the cache, which a hostile cache entry points at."""
+    folder = tmp_path / "outside"
+    folder.mkdir()
+    save_file(bert_tensors(9), str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(bert_config()))
+    return folder
+
+
+@pytest.mark.parametrize("hub_library", [True, False])
+def test_a_ref_that_climbs_out_of_the_cache_is_refused(tmp_path, monkeypatch, no_network, hub_library):
+    hub = tmp_path / "hf" / "hub"
+    snap = fake_cache(hub)
+    _outside(tmp_path)
+    # snapshots/<ref> with ref = ../../../../outside: hub/models--.../snapshots -> tmp_path/outside
+    (snap.parent.parent / "refs" / "main").write_text("../../../../outside")
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    if not hub_library:
+        import builtins
+
+        real_import = builtins.__import__
+
+        def no_hub(name, *a, **k):
+            if name.startswith("huggingface_hub"):
+                raise ImportError(name)
+            return real_import(name, *a, **k)
+
+        monkeypatch.setattr(builtins, "__import__", no_hub)
+    with pytest.raises(SpecboundError) as ei:  # before: the folder outside the cache was read
+        open_checkpoint(REPO)
+    message = str(ei.value)
+    assert "\n" not in message and REPO in message and "refused" in message
+
+
+def test_a_snapshot_file_that_links_out_of_the_cache_is_refused(tmp_path, monkeypatch, no_network):
+    hub = tmp_path / "hf" / "hub"
+    snap = fake_cache(hub)
+    outside = _outside(tmp_path)
+    (snap / "model.safetensors").unlink()
+    (snap / "model.safetensors").symlink_to(outside / "model.safetensors")
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    with pytest.raises(SpecboundError) as ei:
+        load_weights(REPO)
+    assert "outside the cache" in str(ei.value) and "\n" not in str(ei.value)
+    with pytest.raises(SpecboundError):  # the layout reader applies the same check
+        hf_cache._snapshot_by_layout(hub, REPO)

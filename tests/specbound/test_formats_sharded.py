@@ -139,3 +139,37 @@ def test_truncated_shard(tmp_path):
     with pytest.raises(CheckpointError) as ei:
         open_checkpoint(tmp_path / "s")
     one_line(ei, shards[2])
+
+
+# ---------------------------------------------------------------- issue 30: hostile indexes, one line
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('{"weight_map": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    ('{"metadata": {"total_size": 1' + "0" * 5000 + '}, "weight_map": {}}', "4300 digits"),
+    ('{"metadata": {"total_size": 1' + "0" * 30 + '}, "weight_map": {}}', "beyond int64"),
+    ('{"weight_map": ' + '{"a": ' * 40 + "{}" + "}" * 40 + "}", "nested deeper than 32"),
+])
+def test_an_index_nested_absurdly_or_holding_a_huge_integer_is_one_line(tmp_path, text, needle):
+    folder = tmp_path / "m"
+    write_sharded(folder, bert_tensors(0))
+    (folder / "model.safetensors.index.json").write_text(text)
+    with pytest.raises(CheckpointError) as ei:
+        open_checkpoint(folder)
+    one_line(ei, "model.safetensors.index.json", needle)
+
+
+def test_control_characters_of_a_shard_name_are_escaped(tmp_path, capsys):
+    from specbound.cli import main
+
+    folder = tmp_path / "m"
+    write_sharded(folder, bert_tensors(0))
+    index = folder / "model.safetensors.index.json"
+    doc = json.loads(index.read_text())
+    name = next(iter(doc["weight_map"]))
+    doc["weight_map"][name] = "evil\u0000\u001b[2J.safetensors"  # NUL, then ESC [2J: clear the screen
+    index.write_text(json.dumps(doc))
+    assert main(["spectra", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x00" not in err
+    assert "evil\\x00\\x1b[2J" in err and len(err.strip().splitlines()) == 1

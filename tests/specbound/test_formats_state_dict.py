@@ -105,3 +105,63 @@ def test_labelled_source_prints_as_its_label():
     src = InMemorySource({"w": torch.ones(1)})
     assert str(src) == "<in-memory state dict>"
     assert open_checkpoint(src).names() == ("w",)
+
+
+# ---------------------------------------------------------------- issue 30: odd state dicts
+
+
+def test_a_state_dict_that_contains_itself_or_nests_5000_deep_is_one_line():
+    state = {k: torch.from_numpy(v) for k, v in bert_tensors(0).items()}
+    state["loop"] = state
+    with pytest.raises(CheckpointError) as ei:
+        load_weights(state, num_heads=H)
+    one_line(ei, "contains itself", "'loop'")
+    deep: dict = {"w": torch.ones(2)}
+    for _ in range(5000):
+        deep = {"x": deep}
+    with pytest.raises(CheckpointError) as ei:
+        load_weights({**bert_tensors(0), "deep": deep}, num_heads=H)
+    one_line(ei, "nested deeper than 32")
+
+
+@pytest.mark.parametrize("as_file", [False, True])
+def test_two_entries_that_flatten_to_one_name_are_refused(tmp_path, as_file):
+    # {"a": {"b": x}} and {"a.b": y} both name the tensor a.b: which one is the weight cannot be known
+    tensors = bert_tensors(0)
+    name = "encoder.layer.0.attention.self.query.weight"
+    state = {k: torch.from_numpy(v) for k, v in tensors.items()}
+    state["encoder"] = {"layer.0.attention.self.query.weight": torch.zeros_like(state[name])}
+    source = state
+    if as_file:
+        source = tmp_path / "collide.pt"
+        torch.save(state, source)
+    with pytest.raises(CheckpointError) as ei:
+        load_weights(source, num_heads=H)
+    one_line(ei, f"'{name}'", "refusing to choose")
+
+
+def test_tensors_numpy_cannot_hold_enter_the_digest_without_being_read():
+    import warnings
+
+    base = {k: torch.from_numpy(v) for k, v in bert_tensors(0).items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # complex32 and quantized tensors warn that they are experimental
+        odd = {
+            "extra.float8": torch.tensor([0.5, -2.0]).to(torch.float8_e4m3fn),
+            "extra.complex32": torch.zeros(3, dtype=torch.complex32),
+            "extra.quantized": torch.quantize_per_tensor(torch.tensor([0.1, 0.2]), 0.1, 0, torch.qint8),
+            "extra.conj": torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64).conj(),
+        }
+    digests = set()
+    for key, value in odd.items():
+        w = load_weights({**base, key: value}, num_heads=H)  # not read (no layout uses it), yet hashed
+        digests.add(w.sha256)
+    assert len(digests) == len(odd)
+    # the digest is of the values: a conjugate view hashes as the conjugated values it stands for
+    plain = torch.tensor([1 - 2j, 3 + 1j], dtype=torch.complex64)
+    assert state_sha256({"c": odd["extra.conj"]}) == state_sha256({"c": plain})
+    # and of the quantization parameters: the same integers at another scale are another tensor
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        other = torch.quantize_per_tensor(torch.tensor([0.2, 0.4]), 0.2, 0, torch.qint8)
+    assert state_sha256({"q": other}) != state_sha256({"q": odd["extra.quantized"]})

@@ -3,10 +3,12 @@
 import copy
 import json
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
 from specbound.certified.certificate import CertificateError, decimal_up, read, to_json
+from specbound.cli import main
 from specbound.errors import SpecboundError
 from specbound.pipeline import certify
 from specbound.verification import verify
@@ -167,8 +169,9 @@ def test_tampered_occam_route_is_rejected(task_cert, name):
 
 def test_verify_without_recomputing_the_sample_takes_the_recorded_count_and_says_so(task_cert):
     rep = verify(copy.deepcopy(task_cert), recompute_empirical=False)
-    assert rep.valid, rep.lines()
-    assert any("count K^ taken from the certificate" in n for n in rep.notes)
+    # no mismatch, but what was taken on trust is said, and the verdict is not plain VALID (issue 30)
+    assert not rep.mismatches and rep.status == "VALID EXCEPT EMPIRICAL TERM (not recomputed)", rep.lines()
+    assert "Occam count K^" in rep.unchecked and "Occam count K^" in rep.lines()[0]
 
 
 def test_tampered_empirical_term_is_rejected(task_cert):
@@ -220,3 +223,64 @@ def test_decimal_up_rounds_toward_plus_infinity():
     assert text == "0.33334"
     assert Fraction(text) >= Fraction(1, 3)
     assert decimal_up(arb(2), 5) == "2"
+
+
+# ---------------------------------------------------------------- issue 30: what was not recomputed is said
+
+
+def _forged_empirical_certificate(tmp_path, monkeypatch) -> Path:
+    """A consistent forgery: the certificate certify would write if the empirical ramp loss on its
+    fresh samples were 0 with no 0-1 error (every other ball recomputed from that).  At margin 50
+    the true term is about 0.73, so the forged 0 is a lie that only recomputation can see."""
+    from dataclasses import replace as dc_replace
+
+    from flint import arb
+
+    import specbound.pipeline as pipeline
+
+    real = pipeline.empirical_ball
+
+    def zero(*a, **k):
+        _, ramp = real(*a, **k)
+        forged = dc_replace(ramp, lower=arb(0), upper=arb(0), errors01=0, undecided=0)
+        return arb(0), forged
+
+    monkeypatch.setattr(pipeline, "empirical_ball", zero)
+    cert = tmp_path / "forged.json"
+    assert main(["certify", "--samples", "60", "--margin", "50", "--out", str(cert), "--json"]) == 0
+    monkeypatch.setattr(pipeline, "empirical_ball", real)
+    doc = json.loads(cert.read_text())
+    assert doc["result"]["empirical"] == "0" and doc["empirical_source"]["errors01"] == 0
+    return cert
+
+
+def test_a_consistent_forgery_of_the_empirical_term_is_never_plain_valid(capsys, tmp_path, monkeypatch):
+    cert = _forged_empirical_certificate(tmp_path, monkeypatch)
+    capsys.readouterr()
+    assert main(["verify", str(cert)]) == 1  # recomputed: caught
+    assert capsys.readouterr().out.startswith("INVALID")
+    code = main(["verify", str(cert), "--trust-empirical"])
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert code == 3, out  # not 0: what was not checked has its own status
+    assert lines[0].startswith("VALID EXCEPT EMPIRICAL TERM (not recomputed)") and "not recomputed: empirical term" in lines[0]
+    assert not any(line.startswith("VALID (") for line in lines)
+    assert "empirical term: certified" not in out  # the scope line says what verify did not do
+    assert "empirical term: taken from the certificate, NOT recomputed" in out
+    assert "certified bound" not in lines[2]  # the headline is conditional, not "certified"
+    assert main(["verify", str(cert), "--trust-empirical", "--json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["status"] == "VALID EXCEPT EMPIRICAL TERM (not recomputed)" and doc["valid"] is False
+    assert doc["not_recomputed"][0] == "empirical term"  # (and the Occam route's count, when in force)
+    assert set(doc["not_recomputed"]) <= {"empirical term", "Occam count K^"}
+    rep = verify(str(cert), recompute_empirical=False)
+    assert not rep.valid and rep.status.startswith("VALID EXCEPT") and rep.exit_status == 3
+
+
+def test_trusting_a_user_supplied_empirical_term_skips_nothing(tmp_path):
+    # the user's number is never recomputed anyway (it is flagged NOT certified): plain VALID stays
+    cert = tmp_path / "user.json"
+    assert main(["certify", "--n", "5000", "--empirical-loss", "0.01", "--margin", "2", "--out", str(cert),
+                 "--json"]) == 0
+    rep = verify(str(cert), recompute_empirical=False)
+    assert rep.valid and rep.status == "VALID" and rep.exit_status == 0
