@@ -35,7 +35,7 @@ import numpy as np
 from flint import arb, fmpq
 
 from specbound.certified import generated
-from specbound.certified.arb import WORK_PREC, precision, sum_arb
+from specbound.certified.arb import WORK_PREC, interval, precision, sum_arb
 from specbound.certified.compiled import CACHE, CompiledTheorem, compiled_theorem
 from specbound.certified.context import ArbContext
 from specbound.certified.enclosure import SingularValueEnclosure
@@ -44,7 +44,7 @@ from specbound.certified.evaluation import (
 )
 from specbound.certified.forward_ls import ROPE_COS, ROPE_SIN, rope_norm_bound
 from specbound.certified.margins import MarginEnclosures, count_upper
-from specbound.certified.radii import MatrixRounding, index_up, power_ball, round_matrix
+from specbound.certified.radii import MatrixRounding, exact_value, index_up, power_ball, round_matrix
 from specbound.errors import CertificationError
 from specbound.matrices import AnalysisWeights
 from specbound.plan import BoundPlan, BoundSettings, OccamPlan
@@ -53,10 +53,11 @@ from specbound.vocabulary import READOUT_FIXED, READOUT_TRAINED, ROUTE_OCCAM, RO
 _CACHE = CACHE  #: the compiled theorems (tests that patch the register clear it)
 
 
-def arb_theorem(settings: BoundSettings, activation: str, model: str = "plain") -> CompiledTheorem:
-    """The theorem in force for ``settings``, ``activation`` and ``model`` in Arb (generated, or
-    compiled from SymPy when a lemma constant is overridden)."""
-    return compiled_theorem(generated, settings, activation, model)
+def arb_theorem(settings: BoundSettings, activation: str, model: str = "plain", outputs: int = 1) -> CompiledTheorem:
+    """The theorem in force for ``settings``, ``activation``, ``model`` and ``outputs`` (the read-out rows
+    k: 1 binary, k >= 2 the k-class theorem of proofs_notes/k_class.md) in Arb (generated, or compiled
+    from SymPy when a lemma constant is overridden)."""
+    return compiled_theorem(generated, settings, activation, model, outputs)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -230,15 +231,27 @@ class CertifiedBound:
 
 
 def readout_ball(w: np.ndarray | None) -> arb:
-    """Ball containing ||w||_2 of the float64 read-out taken as exact (1 for a missing read-out)."""
+    """Ball containing ||w||_2 of the float64 read-out taken as exact (1 for a missing read-out); for a
+    k-row read-out W (k, N) a ball containing its *largest row norm* max_c ||w_c||_2, the radius of the
+    read-out cover over W (proofs_notes/k_class.md (b): not the Frobenius or the mean row norm)."""
     if w is None:
         return arb(1)
-    w = np.asarray(w, dtype=np.float64).ravel()
+    w = np.asarray(w, dtype=np.float64)
     if not np.all(np.isfinite(w)):
         raise CertificationError("read-out vector contains NaN or Inf")
+    rows = w.reshape(1, -1) if w.ndim <= 1 else w.reshape(w.shape[0], -1)
     with precision(WORK_PREC):
-        total = sum_arb(arb(float(v)) ** 2 for v in w)  # exact squares, sum rounded outward
-        return total.sqrt() if total > 0 else arb(0)
+        norms = []
+        for row in rows:
+            total = sum_arb(arb(float(v)) ** 2 for v in row)  # exact squares, sum rounded outward
+            norms.append(total.sqrt() if total > 0 else arb(0))
+        if len(norms) == 1:
+            return norms[0]
+        # max_c ||w_c|| lies in [max_c lower_c, max_c upper_c] (the maximum is monotone in each argument);
+        # from exact endpoints, not arb.max (which may return a wide ball)
+        lo = max((b.lower() for b in norms), key=exact_value)
+        hi = max((b.upper() for b in norms), key=exact_value)
+        return interval(lo, hi)
 
 
 def grid_m(settings: BoundSettings, weights: AnalysisWeights) -> int:
@@ -360,7 +373,7 @@ def certified_facts(
     if readout == READOUT_TRAINED and weights.readout is None:
         readout = READOUT_FIXED
         notes["readout"] = "checkpoint has no read-out: a fixed unit vector (B_w = 1) is assumed"
-    ct = arb_theorem(settings, weights.activation, weights.variant)
+    ct = arb_theorem(settings, weights.activation, weights.variant, weights.num_outputs)
     _check_rotation_bound(weights, ct.rho_R, notes)
     bases = {"beta_c": settings.base_c(weights.num_layers, weights.variant), "beta_s": Fraction(settings.beta_s),
              "beta_w": Fraction(settings.beta_w), "beta_rho": Fraction(settings.beta_rho),

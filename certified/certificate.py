@@ -320,7 +320,7 @@ def to_json(result) -> dict:
         "format": FORMAT,
         "checkpoint": dict(result.checkpoint),
         "scope": scope,
-        "architecture": w.architecture(),
+        "architecture": w.architecture(),  # k read-out rows: num_outputs (proofs_notes/k_class.md)
         "settings": _settings_json(b),
         "versions": versions(),
         "plan": _plan_json(b.plan),

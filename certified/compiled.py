@@ -31,6 +31,13 @@ from specbound.plan import BoundSettings, generated_theorem_applies
 VARIANT_NAMES = ("massart", "dudley", "activation", "model")
 """The fields of a theorem variant key, in the order of the generated ``THEOREMS`` tables."""
 
+KCLASS_PREFIX = "kclass_"
+"""A generated row's prefix of the k-class twin of a field (``specbound.derivation.evaluated.KCLASS_PREFIX``)."""
+
+OUTPUTS_SYMBOL = "k_cls"
+"""The name of the symbol ``k`` (read-out rows) in the k-class fields; a k-class compiled theorem is bound to
+the model's k (:meth:`CompiledTheorem.bound_to`), so its callers never pass it."""
+
 
 class CompiledTheorem:
     """Callables of every theorem field in one arithmetic, called by name.
@@ -63,6 +70,24 @@ class CompiledTheorem:
         except KeyError:
             raise KeyError(f"the theorem has no field {name!r}") from None
 
+    def bound_to(self, **fixed) -> CompiledTheorem:
+        """This theorem with the symbols ``fixed`` (name -> value) fixed in every field that takes them: the
+        returned fields no longer take them as arguments (e.g. ``k_cls`` = the model's read-out rows)."""
+        fns, args = {}, {}
+        for name, fn in self.fns.items():
+            names = self.args[name]
+            hit = [i for i, a in enumerate(names) if a in fixed]
+            if not hit:
+                fns[name], args[name] = fn, names
+                continue
+            fns[name] = _partial(fn, len(names), {i: fixed[names[i]] for i in hit})
+            args[name] = tuple(a for a in names if a not in fixed)
+        out = CompiledTheorem.__new__(CompiledTheorem)
+        out.__dict__.update(self.__dict__)
+        out.fns, out.args = fns, args
+        out.variants = {**self.variants, **{key: str(v) for key, v in fixed.items()}}
+        return out
+
     def __call__(self, name: str, **values):
         fn, names = self.function(name)
         try:
@@ -73,27 +98,42 @@ class CompiledTheorem:
         return np.asarray(out, dtype=np.float64) if self.backend == "numpy" else out
 
 
+def _partial(fn: Callable, arity: int, fixed: Mapping[int, object]) -> Callable:
+    """``fn`` with the positional arguments at the indices of ``fixed`` given (the rest in order)."""
+    def call(*rest):
+        it = iter(rest)
+        return fn(*(fixed[i] if i in fixed else next(it) for i in range(arity)))
+    return call
+
+
 CACHE: dict[tuple, CompiledTheorem] = {}
 """Compiled generated theorems by (backend, variant key); a SymPy compilation is never cached (the
 register may change between calls)."""
 
 
-def _generated(table: ModuleType, key: tuple) -> CompiledTheorem | None:
+def _generated(table: ModuleType, key: tuple, classes: str = "binary") -> CompiledTheorem | None:
+    """The generated row of ``key``: the binary fields, or with ``classes`` "k" each field replaced by its
+    k-class twin ``kclass_<name>`` where the row has one (the twins are dropped either way)."""
     row = table.THEOREMS.get(key)
     if row is None:
         return None
-    fns = {name: table.FUNCTIONS[i] for name, i in row.items()}
-    args = {name: table.ARGS[i] for name, i in row.items()}
+    plain = {name: i for name, i in row.items() if not name.startswith(KCLASS_PREFIX)}
+    if classes != "binary":
+        plain |= {name[len(KCLASS_PREFIX):]: i for name, i in row.items() if name.startswith(KCLASS_PREFIX)}
+    fns = {name: table.FUNCTIONS[i] for name, i in plain.items()}
+    args = {name: table.ARGS[i] for name, i in plain.items()}
+    variants = dict(zip(VARIANT_NAMES, key)) | ({"classes": classes} if classes != "binary" else {})
     return CompiledTheorem(fns, args, table.CONSTANTS[key], table.LAYOUTS[key[3]], table.NAMES,
-                           dict(zip(VARIANT_NAMES, key)), table.BACKEND, "generated")
+                           variants, table.BACKEND, "generated")
 
 
-def _from_sympy(table: ModuleType, settings: BoundSettings, activation: str, model: str) -> CompiledTheorem:
+def _from_sympy(table: ModuleType, settings: BoundSettings, activation: str, model: str,
+                classes: str = "binary") -> CompiledTheorem:
     from specbound.derivation import evaluated
     from specbound.derivation.backends import compile_expr
     from specbound.derivation.theorem import theorem_for
 
-    T = theorem_for(settings, activation, model)
+    T = theorem_for(settings, activation, model, classes)
     fns, args = {}, {}
     for name, expr in evaluated.fields(T).items():
         fn = compile_expr(expr, table.BACKEND, evaluated.arguments(expr))
@@ -103,18 +143,24 @@ def _from_sympy(table: ModuleType, settings: BoundSettings, activation: str, mod
 
 
 def compiled_theorem(table: ModuleType, settings: BoundSettings, activation: str,
-                     model: str = "plain") -> CompiledTheorem:
+                     model: str = "plain", outputs: int = 1) -> CompiledTheorem:
     """The theorem in force for ``settings``, ``activation`` and ``model`` in the arithmetic of
     ``table`` (``certified.generated`` or ``numeric.generated``): the generated callables unless a
     lemma constant is overridden or the register patched (:func:`generated_theorem_applies`), then
-    compiled from the SymPy source."""
+    compiled from the SymPy source.  ``outputs``: the model's read-out rows k; 1 is the binary theorem,
+    k >= 2 the k-class theorem (proofs_notes/k_class.md) with ``k_cls`` fixed to k."""
+    k = int(outputs)
+    if k < 1:
+        raise ValueError(f"a model has at least one read-out row, got {outputs!r}")
+    classes = "binary" if k == 1 else "k"
     if not generated_theorem_applies(settings):
-        return _from_sympy(table, settings, activation, model)
-    key = (settings.massart, settings.dudley, activation, model)
-    hit = CACHE.get((table.BACKEND,) + key)
-    if hit is None:
-        hit = _generated(table, key)
-        if hit is None:  # an unknown variant: the derivation layer says why, in one line
-            hit = _from_sympy(table, settings, activation, model)
-        CACHE[(table.BACKEND,) + key] = hit
-    return hit
+        hit = _from_sympy(table, settings, activation, model, classes)
+    else:
+        key = (settings.massart, settings.dudley, activation, model)
+        hit = CACHE.get((table.BACKEND, classes) + key)
+        if hit is None:
+            hit = _generated(table, key, classes)
+            if hit is None:  # an unknown variant: the derivation layer says why, in one line
+                hit = _from_sympy(table, settings, activation, model, classes)
+            CACHE[(table.BACKEND, classes) + key] = hit
+    return hit if k == 1 else hit.bound_to(**{OUTPUTS_SYMBOL: k})

@@ -150,6 +150,8 @@ class FastNetwork:
             mi.append(np.ascontiguousarray(_dense_factor(weights.get(l, "M_in"))))
             mo.append(np.ascontiguousarray(_dense_factor(weights.get(l, "M_out"))))
         w = np.asarray(weights.readout, dtype=np.float64)
+        if w.ndim == 2 and w.shape[0] > 1:  # its a-priori bound (fast_forward.md) is for one output
+            raise NotApplicable(f"a read-out of {w.shape[0]} rows: the per-sample pass encloses its outputs")
         if w.shape != (N,):
             raise LayoutError(f"read-out w has shape {w.shape}, expected ({N},)")
         arrays = wq + wk + wv + wo + mi + mo + [w]

@@ -17,7 +17,8 @@ The token path never forms the rounded float sum ``E[tok] + P[t]``: the sum is t
 (:func:`embedded_input_ball`).
 
 Public API: :class:`ArbNetwork`, :func:`input_ball`, :func:`embedded_input_ball`,
-:func:`project_rows`, :func:`activation`, :func:`softmax_rows`, :func:`certified_forward`.
+:func:`project_rows`, :func:`activation`, :func:`softmax_rows`, :func:`certified_forward`,
+:func:`certified_outputs` (k read-out rows), :func:`readout_columns`.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ class ArbNetwork:
     """
 
     layers: tuple[_ArbLayer, ...]
-    readout: arb_mat  # (N, 1)
+    readout: arb_mat  # (N, k): the read-out rows as columns (k = 1: the vector w)
     activation: str
     width: int
     causal: bool = False
@@ -121,9 +122,7 @@ class ArbNetwork:
                 "is defined only for the analysis model"
             )
         N = int(weights.width)
-        w = np.asarray(weights.readout, dtype=np.float64)
-        if w.shape != (N,):
-            raise LayoutError(f"read-out w has shape {w.shape}, expected ({N},)")
+        readout = readout_columns(weights.readout, N)
         layers = []
         for l in range(weights.num_layers):
             heads = []
@@ -143,12 +142,23 @@ class ArbNetwork:
                                      "certified.forward_ls (plain, residual and causal only here)")
         return cls(
             layers=tuple(layers),
-            readout=_exact_mat(w.reshape(N, 1)),
+            readout=readout,
             activation=weights.activation,
             width=N,
             causal=weights.variant == "causal",
             residual=weights.variant == "residual",
         )
+
+
+def readout_columns(readout, N: int) -> arb_mat:
+    """The read-out as an exact (N, k) ball matrix: the vector w (N,) as one column, the rows of a k-row
+    read-out W (k, N) as k columns (proofs_notes/k_class.md)."""
+    w = np.asarray(readout, dtype=np.float64)
+    if w.ndim == 1 and w.shape == (N,):
+        return _exact_mat(w.reshape(N, 1))
+    if w.ndim == 2 and w.shape[1] == N and w.shape[0] >= 1:
+        return _exact_mat(np.ascontiguousarray(w.T))
+    raise LayoutError(f"read-out has shape {w.shape}, expected ({N},) or (k, {N})")
 
 
 def _head(qk: NamedMatrix, vt: NamedMatrix) -> _ArbHead:
@@ -368,7 +378,21 @@ def certified_forward(
     or a ball matrix (e.g. :func:`embedded_input_ball`), in which case the result contains
     ``f(Pi(X0))`` for every ``X0`` in the balls.  ``prec`` is the Arb working precision in bits
     (:data:`DEFAULT_PREC`); it affects only the width of the result, never its validity.
+    A k-row read-out has k outputs: :func:`certified_outputs` (refused here).
     """
+    net = network if isinstance(network, ArbNetwork) else ArbNetwork.from_weights(network)
+    if net.readout.ncols() != 1:
+        raise CertificationError(f"a read-out of {net.readout.ncols()} rows has that many outputs: certified_outputs")
+    return certified_outputs(net, inputs, prec)[0]
+
+
+def certified_outputs(
+    network: ArbNetwork | AnalysisWeights,
+    inputs: arb_mat | np.ndarray,
+    prec: int = DEFAULT_PREC,
+) -> list[arb]:
+    """Balls containing the exact outputs ``f_c(X) = <w_c, x_1^(L)>``, one per read-out row (one for the
+    vector w), for ``X = Pi(inputs)``; otherwise as :func:`certified_forward`."""
     net = network if isinstance(network, ArbNetwork) else ArbNetwork.from_weights(network)
     x0 = inputs if isinstance(inputs, arb_mat) else input_ball(inputs)
     if x0.ncols() != net.width:
@@ -381,4 +405,5 @@ def certified_forward(
             x = _layer(layer, x, phi, cls_only=(l == last), causal=net.causal, residual=net.residual)
         if not net.layers:  # L = 0: f = <w, Pi(x_tau)>
             x = _row(x, x.nrows() - 1 if net.causal else 0)
-        return (x * net.readout)[0, 0]
+        out = x * net.readout
+        return [out[0, c] for c in range(out.ncols())]

@@ -63,7 +63,7 @@ class ArbLSNetwork:
     """The LS network with every weight and table entry as an exact ball (radius 0)."""
 
     layers: tuple[_LSLayer, ...]
-    readout: arb_mat  # (N, 1)
+    readout: arb_mat  # (N, k): the read-out rows as columns
     activation: str
     width: int
     cos: np.ndarray
@@ -76,9 +76,7 @@ class ArbLSNetwork:
             raise CertificationError(f"{weights.source or 'weights'}: no read-out vector w")
         cos, sin = rope_tables_of(weights)
         N, H = int(weights.width), int(weights.num_heads)
-        w = np.asarray(weights.readout, dtype=np.float64)
-        if w.shape != (N,):
-            raise LayoutError(f"read-out w has shape {w.shape}, expected ({N},)")
+        readout = plain.readout_columns(weights.readout, N)
         layers = []
         for l in range(weights.num_layers):
             # every matrix through its exact factors: a left-over score scale sqrt(scale_sq) of Q
@@ -104,7 +102,7 @@ class ArbLSNetwork:
                 q=qs, k=kmats, v=tuple(lefts[g] for g in sorted(lefts)), o=tuple(outs), group=group,
                 G=arb_factors(weights.get(l, "G")), U=arb_factors(weights.get(l, "U")),
                 D=arb_factors(weights.get(l, "D"))))
-        return cls(tuple(layers), _exact_mat(w.reshape(N, 1)), weights.activation, N, cos, sin,
+        return cls(tuple(layers), readout, weights.activation, N, cos, sin,
                    residual=weights.variant == "ls_residual")
 
 
@@ -207,12 +205,25 @@ def network_for(weights: AnalysisWeights) -> ArbNetwork | ArbLSNetwork:
 def certified_forward(network, inputs, prec: int = DEFAULT_PREC) -> arb:
     """A ball containing the exact real output ``f`` of the network (any variant) on ``Pi(inputs)``.
 
-    Plain and causal networks go to :func:`specbound.certified.forward.certified_forward`.
+    Plain and causal networks go to :func:`specbound.certified.forward.certified_forward`.  A k-row
+    read-out has k outputs: :func:`certified_outputs`.
     """
     if isinstance(network, AnalysisWeights):
         network = network_for(network)
     if not isinstance(network, ArbLSNetwork):
         return plain.certified_forward(network, inputs, prec)
+    if network.readout.ncols() != 1:
+        raise CertificationError(f"a read-out of {network.readout.ncols()} rows has that many outputs: certified_outputs")
+    return certified_outputs(network, inputs, prec)[0]
+
+
+def certified_outputs(network, inputs, prec: int = DEFAULT_PREC) -> list[arb]:
+    """Balls containing the exact outputs ``f_c`` of the network (any variant) on ``Pi(inputs)``, one per
+    read-out row (:func:`specbound.certified.forward.certified_outputs` for the plain kinds)."""
+    if isinstance(network, AnalysisWeights):
+        network = network_for(network)
+    if not isinstance(network, ArbLSNetwork):
+        return plain.certified_outputs(network, inputs, prec)
     x0 = inputs if isinstance(inputs, arb_mat) else input_ball(inputs)
     if x0.ncols() != network.width:
         raise LayoutError(f"inputs have {x0.ncols()} columns, the network width is {network.width}")
@@ -224,4 +235,5 @@ def certified_forward(network, inputs, prec: int = DEFAULT_PREC) -> arb:
             x = _ls_layer(layer, network, x, phi, last_only=(l == last))
         if not network.layers:
             x = _row(x, x.nrows() - 1)
-        return (x * network.readout)[0, 0]
+        out = x * network.readout
+        return [out[0, c] for c in range(out.ncols())]

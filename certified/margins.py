@@ -21,7 +21,7 @@ and sum that reaches the bound is an exact comparison or an exact sum of these e
 Public API: :class:`MarginEnclosures`, :func:`from_balls`, :func:`from_center_radius`,
 :func:`ramp_loss_bounds`, :func:`count_upper`, :func:`count_lower`, :func:`errors_lower`,
 :func:`undecided`, :func:`exact_float_sum`, :func:`from_output_enclosures` (k-row read-outs),
-:func:`ramp_loss_sums`.
+:func:`margin_ball` (one sample's margin from Arb output balls), :func:`ramp_loss_sums`.
 """
 
 from __future__ import annotations
@@ -223,6 +223,37 @@ def from_output_enclosures(lower: np.ndarray, upper: np.ndarray, labels: np.ndar
     return MarginEnclosures(m_lo, m_hi, method, 0)
 
 
+def margin_ball(outputs: Sequence[arb], label: int) -> arb:
+    """A ball containing the margin of one sample from balls containing its outputs (the Arb pass).
+
+    One output (``label`` +-1): ``y f`` (exact negation).  ``k >= 2`` outputs (``label`` a class in
+    ``0..k-1``): ``M_y = f_y - max_{c != y} f_c`` lies in ``[lo_y - max_{c != y} hi_c, hi_y - max_{c != y} lo_c]``
+    (proofs_notes/k_class.md (e)); the two ends are Arb differences of exact endpoints, the lower end
+    taken at its lower and the upper end at its upper endpoint.  A non-finite output gives a non-finite
+    ball (not certified: the ramp and the counts then take their worst value)."""
+    k = len(outputs)
+    if k == 1:
+        if label not in (-1, 1):
+            raise ValueError("one read-out row needs labels +-1")
+        return -outputs[0] if label < 0 else outputs[0]
+    y = int(label)
+    if not 0 <= y < k:
+        raise ValueError(f"{k} read-out rows need class labels in 0..{k - 1}")
+    if not all(b.is_finite() for b in outputs):
+        return arb(0, math.inf)
+    others = [b for c, b in enumerate(outputs) if c != y]
+    max_hi = max((b.upper() for b in others), key=_exact_point)
+    max_lo = max((b.lower() for b in others), key=_exact_point)
+    lo = (outputs[y].lower() - max_hi).lower()
+    hi = (outputs[y].upper() - max_lo).upper()
+    return lo.union(hi)  # both are exact points: the union is the interval [lo, hi], rounded outward
+
+
+def _exact_point(point: arb) -> Fraction:
+    man, exp = point.mid().man_exp()
+    return Fraction(int(man)) * Fraction(2) ** int(exp)
+
+
 # ------------------------------------------------------------------------------- exact sums
 
 
@@ -379,6 +410,7 @@ __all__ = (
     "from_balls",
     "from_center_radius",
     "from_output_enclosures",
+    "margin_ball",
     "max_radius",
     "ramp_loss_bounds",
     "ramp_loss_sums",

@@ -30,13 +30,13 @@ from specbound.certified.fast_forward import (
     FastForward, FastNetwork, NotApplicable, check_float_environment, error_budget, margins_of_rows,
     margins_of_tokens, prepare_rows, token_table,
 )
-from specbound.certified.forward_ls import certified_forward, network_for
+from specbound.certified.forward_ls import certified_outputs, network_for
 from specbound.certified.arb import float_lower, float_upper
 from specbound.certified.interval_forward import output_enclosures
 from specbound.certified.interval_forward import prepare as interval_prepare
 from specbound.certified.margins import (
-    MarginEnclosures, errors_lower, exact_float_sum, from_center_radius, from_output_enclosures, max_radius,
-    ramp_loss_sums, undecided,
+    MarginEnclosures, errors_lower, exact_float_sum, from_center_radius, from_output_enclosures, margin_ball,
+    max_radius, ramp_loss_sums, undecided,
 )
 from specbound.dataset import DataSet
 from specbound.errors import LayoutError, SpecboundError
@@ -224,9 +224,8 @@ def _block_of(weights, data, rho, embedding, prec, indices) -> _Partial:
     max_radius = 0.0
     with ctx.workprec(prec):
         for i in indices:
-            u = certified_forward(net, rows_of(i), prec=prec)
-            if int(data.labels[i]) < 0:
-                u = -u
+            # the margin y f (one read-out vector) or f_y - max_{c != y} f_c (k rows; k_class.md (e))
+            u = margin_ball(certified_outputs(net, rows_of(i), prec=prec), int(data.labels[i]))
             hi += _exact_fraction(ramp_upper(u, r))
             lo += _exact_fraction(ramp_lower(u, r))
             if not u.is_finite() or u.contains(0):
@@ -324,7 +323,9 @@ runs on every sample instead.  A choice of speed only: both passes are certified
 class FastPass:
     """The fast certified forward pass of one model over one sample: float outputs ``f`` (n,) and either
     the a-priori exact point ``epsilon`` with ``|f[i] - f(X_i)| <= epsilon`` (proofs_notes/fast_forward.md)
-    or per-sample enclosures ``lower[i] <= f(X_i) <= upper[i]`` (proofs_notes/interval_forward.md).
+    or per-sample enclosures ``lower[i] <= f(X_i) <= upper[i]`` (proofs_notes/interval_forward.md).  A
+    k-row read-out (k >= 2; the per-sample pass only): ``f``, ``lower``, ``upper`` of shape (n, k), one
+    column per output, labels the classes 0..k-1 (proofs_notes/k_class.md).
 
     Computed once per certify run: its signed margins choose the margin rho (floats only choose) and
     the same outputs certify the ramp loss at the chosen rho.  ``refine(indices)`` runs the per-sample
@@ -341,10 +342,15 @@ class FastPass:
         return "fast" if self.lower is None else "interval"
 
     def margins(self, data: DataSet) -> np.ndarray:
-        """Float margins ``y_i f[i]`` (an exact sign flip of ``f``), for choosing rho only.  A sample the
-        fast pass left as NaN (its run met a non-finite value; the certified loss redoes it in Arb)
-        counts as margin 0 here, the choice's most pessimistic value (ramp loss 1 at every rho)."""
-        g = np.where(np.asarray(data.labels) < 0, -self.f, self.f)
+        """Float margins ``y_i f[i]`` (an exact sign flip of ``f``; k outputs: ``f_y - max_{c != y} f_c``), for
+        choosing rho only.  A sample the fast pass left as NaN (its run met a non-finite value; the
+        certified loss redoes it in Arb) counts as margin 0 here, the choice's most pessimistic value
+        (ramp loss 1 at every rho)."""
+        labels = np.asarray(data.labels)
+        if self.f.ndim == 2:
+            g = float_margins_k(self.f, labels)
+        else:
+            g = np.where(labels < 0, -self.f, self.f)
         return np.where(np.isfinite(g), g, 0.0)
 
     def enclosures(self, data: DataSet) -> MarginEnclosures:
@@ -356,18 +362,26 @@ class FastPass:
         return from_center_radius(g, self.epsilon, "fast")
 
 
+def float_margins_k(f: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Float margins ``f_y - max_{c != y} f_c`` of float outputs ``f`` (n, k), labels 0..k-1 (for choosing)."""
+    f = np.asarray(f, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.int64)
+    rows = np.arange(f.shape[0])
+    others = np.where(np.arange(f.shape[1])[None, :] == y[:, None], -np.inf, f)
+    with np.errstate(invalid="ignore"):
+        return f[rows, y] - others.max(axis=1)
+
+
 def _interval_runner(weights, data: DataSet, embedding, table=None, lazy: bool = False):
-    """``indices -> (lower, upper)`` of the outputs by the per-sample pass; NotApplicable if it does not
+    """``indices -> (lower, upper)`` of the outputs by the per-sample pass (shape (m,) for one read-out
+    vector, (m, k) for k rows); NotApplicable if it does not
     cover the model (when ``lazy``, raised by the first call, which also prepares the network).
     ``table``: the token table of all of ``data`` (:func:`~specbound.certified.fast_forward.token_table`)."""
     state: dict = {}
 
     def prepared():
         if "ip" not in state:
-            ip = interval_prepare(weights)
-            if ip.net.k != 1:
-                raise NotApplicable("k read-out rows: the binary ramp loss needs one read-out vector")
-            state["ip"] = ip
+            state["ip"] = interval_prepare(weights)
         return state["ip"]
 
     def run(idx):
@@ -377,7 +391,7 @@ def _interval_runner(weights, data: DataSet, embedding, table=None, lazy: bool =
         else:
             E, P = _embedding_of(weights, embedding)
             lo, hi = output_enclosures(*ip.tokens(E, P, np.asarray(data.tokens)[idx], table=table))
-        return lo[:, 0], hi[:, 0]
+        return (lo[:, 0], hi[:, 0]) if ip.net.k == 1 else (lo, hi)
 
     if not lazy:
         prepared()
@@ -435,7 +449,7 @@ def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began,
     these weights and data; ``map_blocks``: an engine's runner for the samples redone in Arb."""
     n = int(data.labels.shape[0])
     fast = done if done is not None else fast_pass(weights, data, embedding, method)
-    if fast.f.shape != (n,):
+    if fast.f.shape[:1] != (n,):
         raise ValueError("a fast pass of another sample")
     thresholds = (0.0, float_lower(r), float_upper(r))
     m = fast.enclosures(data)

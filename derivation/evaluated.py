@@ -20,7 +20,7 @@ import sympy as sp
 from . import symbols as S
 from .assembly import GROUP_SUMMAND, layout
 from .routes import occam_on, occam_readout_free_forms
-from .theorem import REGISTRY, VARIANTS, Theorem, assemble, readout_free_forms
+from .theorem import CLASSES_BINARY, CLASSES_K, REGISTRY, VARIANTS, Theorem, assemble, readout_free_forms
 
 THEOREM_FIELDS = (
     "head_summand", "layer_lipschitz", "alpha_step", "kappa", "ss_matrix_term", "ss_matrix_term_rank",
@@ -98,10 +98,31 @@ def variant_keys() -> list[tuple[str, str, str, str]]:
                                   VARIANTS["model"]))
 
 
-def theorem_of(key: tuple[str, str, str, str]) -> Theorem:
-    """The assembled theorem (constants at their proven values) of a variant key."""
+def theorem_of(key: tuple[str, str, str, str], classes: str = CLASSES_BINARY) -> Theorem:
+    """The assembled theorem (constants at their proven values) of a variant key; ``classes`` "k": its
+    k-class form (proofs_notes/k_class.md)."""
     massart, dudley, activation, model = key
-    return assemble(None, massart=massart, dudley=dudley, activation=activation, model=model)
+    return assemble(None, massart=massart, dudley=dudley, activation=activation, model=model, classes=classes)
+
+
+KCLASS_PREFIX = "kclass_"
+"""Prefix of a field's k-class twin in a generated row: ``kclass_<name>`` is field ``name`` of the k-class
+theorem, present only where it differs from the binary one (the margin operator's factor 2 in ``kappa``
+and the read-out scale, the read-out over W in k N dimensions; the Occam route's gamma/4 and k N)."""
+
+
+def kclass_twins(T: Theorem, Tk: Theorem) -> dict[str, sp.Expr]:
+    """``kclass_<name>`` -> expression for every field of the k-class theorem ``Tk`` that differs from the
+    binary theorem ``T``'s (structurally): what a k-class evaluation calls instead."""
+    binary = fields(T)
+    return {KCLASS_PREFIX + name: expr for name, expr in fields(Tk).items() if expr != binary[name]}
+
+
+def table_row(key: tuple[str, str, str, str]) -> dict[str, sp.Expr]:
+    """Every field a generated module holds for a variant key: the binary theorem's fields and their
+    k-class twins (:func:`kclass_twins`)."""
+    T = theorem_of(key)
+    return fields(T) | kclass_twins(T, theorem_of(key, CLASSES_K))
 
 
 def constants_of(T: Theorem) -> dict[str, object]:

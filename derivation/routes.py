@@ -28,7 +28,7 @@ from .symbols import (
     B_w, C_mass, H_sum, K_hat, Lambda_sum, N, Omega, Omega_sum, delta, eps, gamma, gamma_m, k, k_gamma, k_w,
     kappa, n, rho, vartheta,
 )
-from .theorem import REGISTRY, Theorem, assemble
+from .theorem import CLASSES_K, REGISTRY, Theorem, assemble
 
 ROUTES = ("rademacher", "occam", "both")
 """The routes ``specbound theorem --route`` renders; ``rademacher`` is the theorem of main_theorem.md."""
@@ -100,11 +100,12 @@ class OccamTheorem:
 
 
 def assemble_occam(overrides: Mapping | None = None, *, activation: str = "gelu", model: str = "plain",
-                   split: bool = False) -> OccamTheorem:
+                   split: bool = False, classes: str = "binary") -> OccamTheorem:
     """The Occam route for ``model`` and ``activation`` with the lemma constants in force (``overrides``
     as in :func:`~specbound.derivation.theorem.assemble`); ``split``: the route runs at delta/2 (log 2 in
-    C), as when both routes are reported and the smaller is kept."""
-    base = assemble(overrides, activation=activation, model=model)  # validates every argument
+    C), as when both routes are reported and the smaller is kept; ``classes`` "k": a k-row read-out
+    (output cover at gamma/4, read-out weight k N; proofs_notes/k_class.md (d))."""
+    base = assemble(overrides, activation=activation, model=model, classes=classes)  # validates every argument
     return _assemble_occam(base, bool(split))
 
 
@@ -117,9 +118,14 @@ def occam_on(base: Theorem) -> OccamTheorem:
 def _assemble_occam(base: Theorem, split: bool) -> OccamTheorem:
     """The Occam route on top of an assembled Rademacher theorem (its Lipschitz constants, sensitivities
     and per-matrix entropies, all unchanged).  Cheap (a few substitutions), so not cached."""
-    occ = REGISTRY["occam_route"].constants
+    occ = dict(REGISTRY["occam_route"].constants)
     binv = REGISTRY["binomial_inversion"].constants
+    k_classes = base.variants.get("classes") == CLASSES_K
+    if k_classes:  # k_class.md (d): the output cover at gamma/4, the read-out weight k N
+        kc = REGISTRY["k_class"].constants
+        occ |= {key: kc[key] for key in ("cover_radius", "eps_matrix", "eps_readout", "weight_readout")}
     # eps_j = vartheta gamma_m / (2 B_w alpha gamma) = vartheta / (2 kappa), kappa = B_w alpha gamma / gamma_m
+    # (k classes: vartheta gamma_m / (4 B_w alpha gamma) = vartheta / (2 kappa), kappa = 2 B_w alpha gamma / gamma_m)
     kap = base.kappa.xreplace({rho: gamma_m})
     (sensitivity,) = sp.solve(sp.Eq(kap, kappa), gamma)
     eps_j = occ["eps_matrix"].xreplace({gamma: sensitivity})
@@ -158,8 +164,10 @@ def _assemble_occam(base: Theorem, split: bool) -> OccamTheorem:
         bound_kl=klInv(K_hat / n, C_mass / n),
         bound_k0=binv["bininv_k0"],
     )
-    names = [name for name in base.lemmas if name not in RADEMACHER_ONLY] + [lem.name for lem in LEMMAS]
+    names = [name for name in base.lemmas if name not in RADEMACHER_ONLY + ("k_class",)] + [lem.name for lem in LEMMAS]
+    names += ["k_class"] if k_classes else []
     variants = {"route": "occam", "activation": base.variants["activation"], "model": base.variants["model"],
+                **({"classes": base.variants["classes"]} if k_classes else {}),
                 "delta": "delta/2 (both routes reported)" if split else "delta"}
     return OccamTheorem(
         constants=base.constants, overridden=base.overridden, variants=MappingProxyType(variants),
@@ -208,11 +216,11 @@ class Routes:
 
 
 def assemble_routes(overrides: Mapping | None = None, *, massart: str = "centred", dudley: str = "centred",
-                    activation: str = "gelu", model: str = "plain") -> Routes:
+                    activation: str = "gelu", model: str = "plain", classes: str = "binary") -> Routes:
     """Both routes with delta split: the Rademacher route's log(1/delta) becomes log(2/delta), log 2 is
     added to the Occam mass C, and the smaller bound is the reported one (occam_route.md step 5)."""
-    rad = assemble(overrides, massart=massart, dudley=dudley, activation=activation, model=model)
-    occ = _assemble_occam(assemble(overrides, activation=activation, model=model), True)
+    rad = assemble(overrides, massart=massart, dudley=dudley, activation=activation, model=model, classes=classes)
+    occ = _assemble_occam(assemble(overrides, activation=activation, model=model, classes=classes), True)
     half = {delta: delta / 2}
     confidence = rad.confidence.xreplace(half)
     bound = rad.bound.xreplace({rad.confidence: confidence})

@@ -107,6 +107,9 @@ Omega = sp.Symbol("Omega", positive=True)  #: total allocation weight sum_j omeg
 Omega_sum = sp.Symbol("Omega_sum", nonnegative=True)  #: sum_j omega_j
 P_err = sp.Symbol("P_err", nonnegative=True)  #: the risk P(y f(X) <= 0)
 
+# -- k-class margins (proofs_notes/k_class.md) ------------------------------------------------------
+k_cls = sp.Symbol("k_cls", positive=True, integer=True)  #: read-out rows k of a k-class model (k >= 2)
+
 #: quantities measured on the sample S.  The one-McDiarmid-step confidence of the Rademacher route
 #: (proofs_notes/sharpenings.md S3) needs SS and DD free of every one of them (theorem.py checks it)
 SAMPLE_SYMBOLS = frozenset({emp, R_hat, K_hat})

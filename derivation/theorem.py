@@ -25,7 +25,7 @@ import sympy as sp
 from specbound.errors import SpecboundError
 from specbound.vocabulary import ACTIVATIONS, LS_VARIANTS, MODEL_VARIANTS, RESIDUAL_VARIANTS
 
-from . import covering, lipschitz, modern_blocks, occam, posthoc, rademacher
+from . import covering, k_class, symbols, lipschitz, modern_blocks, occam, posthoc, rademacher
 from .lemma import Lemma
 from .symbols import (
     B_phi, B_w, C_sm, D_sum, DD, H_total, J, L_phi, Lambda, Lambda_sum, N, SS, T4_sum, T_sum,
@@ -68,9 +68,10 @@ ANALYSIS_REGISTRY: Mapping[str, Lemma] = MappingProxyType({
     for lem in (*lipschitz.LEMMAS, *covering.LEMMAS, *rademacher.LEMMAS, *posthoc.LEMMAS,
                 balance_single_scale, main_theorem)
 })
-#: every register entry: the analysis model's, the modern blocks (entries 24-30), the Occam route (31-32)
+#: every register entry: the analysis model's, the modern blocks (entries 24-30), the Occam route (31-32),
+#: k-class margins (33)
 REGISTRY: Mapping[str, Lemma] = MappingProxyType(
-    dict(ANALYSIS_REGISTRY) | {lem.name: lem for lem in (*modern_blocks.LEMMAS, *occam.LEMMAS)})
+    dict(ANALYSIS_REGISTRY) | {lem.name: lem for lem in (*modern_blocks.LEMMAS, *occam.LEMMAS, *k_class.LEMMAS)})
 
 #: the register as shipped (certified/generated.py and numeric/generated.py are printed from it; a
 #: test that swaps a lemma into REGISTRY makes the evaluation layers compile from SymPy instead)
@@ -93,7 +94,11 @@ OVERRIDABLE: Mapping[str, tuple[sp.Symbol, str]] = MappingProxyType({
 })
 
 VARIANTS = {"massart": ("centred", "uncentred"), "dudley": ("centred", "uncentred"),
-            "activation": ACTIVATIONS, "model": MODEL_VARIANTS}
+            "activation": ACTIVATIONS, "model": MODEL_VARIANTS, "classes": ("binary", "k")}
+
+CLASSES_BINARY, CLASSES_K = VARIANTS["classes"]
+"""The two margin forms: ``binary`` (one read-out vector w, labels +-1, margin y f) and ``k`` (a read-out
+of k >= 2 rows W, labels 0..k-1, margin f_y - max_{c != y} f_c; proofs_notes/k_class.md)."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +215,7 @@ def assemble(
     dudley: str = "centred",
     activation: str = "gelu",
     model: str = "plain",
+    classes: str = "binary",
 ) -> Theorem:
     """Assemble the theorem from the lemma objects of :data:`REGISTRY`.
 
@@ -221,8 +227,11 @@ def assemble(
     (``causal``: a fixed mask and a fixed read-out token change no constant, masked_softmax), or the
     Llama-style model (``ls``, ``ls_residual``: RoPE, grouped keys, gated feed-forward; ls_model).
     ``rho_R`` (the rotation tables' norm bound, default 1 = exact rotations) applies to LS models only.
+    ``classes``: "binary" (default; one read-out vector) or "k" (a k-row read-out, the symbol ``k_cls``;
+    the margin operator's factor 2 in ``kappa`` and in the read-out scale, the read-out cover over W in
+    ``k N`` dimensions: proofs_notes/k_class.md (c)).
     """
-    chosen = {"massart": massart, "dudley": dudley, "activation": activation, "model": model}
+    chosen = {"massart": massart, "dudley": dudley, "activation": activation, "model": model, "classes": classes}
     for key, value in chosen.items():
         if value not in VARIANTS[key]:
             raise DerivationError(f"unknown {key} variant {value!r}; expected one of {VARIANTS[key]}")
@@ -234,12 +243,23 @@ def assemble(
         raise DerivationError(f"override rho_R applies to the rotary models {LS_VARIANTS} only")
     exact = tuple(sorted((name, _exact(name, value)) for name, value in overrides.items()))
     # Theorems are immutable, so one assembly per distinct request is shared (assembly costs ~0.5 s).
-    return _assemble(exact, massart, dudley, activation, model)
+    return _assemble(exact, massart, dudley, activation, model, classes)
 
 
-@functools.lru_cache(maxsize=32)
-def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str, model: str) -> Theorem:
+@functools.lru_cache(maxsize=None)
+def _dudley_integrals(upper: sp.Expr) -> tuple[sp.Expr, sp.Expr]:
+    """``int_alpha^upper u^{-p/2} du`` for p != 2 and for p = 2 (shared by every assembly: the slow part)."""
+    I_p = sp.integrate(u ** (-p / 2), (u, alpha_D, upper), conds="none")
+    I_p = sp.simplify(I_p.args[-1][0] if isinstance(I_p, sp.Piecewise) else I_p)
+    return I_p, sp.integrate(u ** (-1), (u, alpha_D, upper))
+
+
+@functools.lru_cache(maxsize=64)
+def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str, model: str,
+              classes: str = "binary") -> Theorem:
     chosen = {"massart": massart, "dudley": dudley, "activation": activation, "model": model}
+    if classes != CLASSES_BINARY:  # the binary theorem's variants (and renderings) stay as they were
+        chosen["classes"] = classes
     overrides = dict(exact_overrides)
     act = {"gelu": REGISTRY["gelu_constants"].constants, "gelu_tanh": lipschitz.gelu_tanh_constants,
            "relu": lipschitz.relu_constants, "silu": REGISTRY["silu_constants"].constants}[activation]
@@ -268,14 +288,22 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
     else:  # plain and causal: masked_softmax leaves every constant unchanged
         gam, layer = REGISTRY["sensitivity_gamma"].constants, lip["layer"]
     net = REGISTRY["network_cover"].constants
-    kap = net["matrix_loss_sensitivity"] / rho
+    # k classes (k_class.md (c)): the ramp after the margin operator is 2/rho-Lipschitz, so every
+    # output scale is rho / 2 where the binary theorem has rho, and the read-out is covered over W
+    kc = REGISTRY["k_class"].constants
+    lip_m = kc["margin_lipschitz"] if classes == CLASSES_K else sp.Integer(1)
+    readout_entropy = kc["readout_entropy"] if classes == CLASSES_K else net["readout_entropy"]
+    kap = lip_m * net["matrix_loss_sensitivity"] / rho
+    if classes == CLASSES_K and sp.simplify(kap * rho / net["matrix_loss_sensitivity"] - kc["ramp_lipschitz"] * rho):
+        raise AssertionError("kappa does not carry the k-class ramp constant")  # pragma: no cover
+    rho_out = rho / lip_m  # the output scale the ramp's loss scale u maps to (u -> rho u / lip_m)
 
     # entropies, with a common radius symbol eps
     H_sch = REGISTRY["schatten_cover"].covering
     H_rank = REGISTRY["rank_cover"].covering
     H_vol = REGISTRY["lowrank_cover"].constants["unconstrained"]  # m n_c log(1 + 2c/eps), sharpenings S1
-    eps_w = next(iter(net["readout_entropy"].free_symbols - {N, B_w}))
-    H_w = net["readout_entropy"].xreplace({eps_w: eps})
+    eps_w = next(iter(readout_entropy.free_symbols - {N, B_w, symbols.k_cls}))
+    H_w = readout_entropy.xreplace({eps_w: eps})
 
     coeff = REGISTRY["massart_single_scale"].constants[
         "coefficient" if massart == "centred" else "coefficient_uncentred"]
@@ -292,19 +320,17 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
     Cp = bal["C_p"]
     term = Cp * (coeff * a_sch) ** (1 / (p + 2)) + 1 / n
     term_rank = bal["C_0"] * sp.sqrt(coeff * a_rank) + 1 / n
-    ell_w = H_w.xreplace({eps: rho / n}) / N  # log(1 + 2 n B_w / rho)
+    ell_w = H_w.xreplace({eps: rho_out / n}) / N  # log(1 + 2 n B_w / rho) (binary)
     readout_term = sp.sqrt(coeff * N * ell_w) + 1 / n
 
     # Dudley
     dd = REGISTRY["dudley"].constants
     upper = dd["upper" if dudley == "centred" else "upper_uncentred"]
-    I_p = sp.integrate(u ** (-p / 2), (u, alpha_D, upper), conds="none")
-    I_p = sp.simplify(I_p.args[-1][0] if isinstance(I_p, sp.Piecewise) else I_p)
-    I_2 = sp.integrate(u ** (-1), (u, alpha_D, upper))
+    I_p, I_2 = _dudley_integrals(upper)
     aD = r_bound.xreplace({eps: vartheta / kappa}) * d * sp.log(1 + K_s * c / eps).xreplace(
         {eps: vartheta * alpha_D / kappa})
     aD_rank = sp.Min(s, r_max) * d * sp.log(1 + K_r * c / eps).xreplace({eps: vartheta * alpha_D / kappa})
-    dd_read = sp.sqrt(H_w.xreplace({eps: vartheta_w * rho * alpha_D})) * (upper - alpha_D)
+    dd_read = sp.sqrt(H_w.xreplace({eps: vartheta_w * rho_out * alpha_D})) * (upper - alpha_D)
     dd_closed = dd["alpha_coeff"] * alpha_D + dd["integral_coeff"] / sp.sqrt(n) * (D_sum + dd_read)
 
     ph = REGISTRY["posthoc_union"].constants
@@ -329,7 +355,7 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
         entropy_volumetric=H_vol,
         ss_matrix_entropy=sp.Min(H_sch, H_vol).xreplace({eps: u / kappa}),
         ss_matrix_entropy_rank=sp.Min(H_rank, H_vol).xreplace({eps: u / kappa}),
-        ss_readout_entropy=H_w.xreplace({eps: rho * u_w}),
+        ss_readout_entropy=H_w.xreplace({eps: rho_out * u_w}),
         ss_objective=U_total + sp.sqrt(coeff * H_total),
         C_p=Cp,
         a_matrix=a_sch,
@@ -341,7 +367,7 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
         dd_upper=upper,
         dd_matrix_entropy=sp.Min(H_sch, H_vol).xreplace({eps: vartheta * u / kappa}),
         dd_matrix_entropy_rank=sp.Min(H_rank, H_vol).xreplace({eps: vartheta * u / kappa}),
-        dd_readout_entropy=H_w.xreplace({eps: vartheta_w * rho * u}),
+        dd_readout_entropy=H_w.xreplace({eps: vartheta_w * rho_out * u}),
         dd_integral=dd["alpha_coeff"] * alpha_D
         + dd["integral_coeff"] / sp.sqrt(n) * sp.Integral(sp.sqrt(H_total), (u, alpha_D, upper)),
         dd_I_p=I_p,
@@ -377,7 +403,8 @@ def _assemble(exact_overrides: tuple, massart: str, dudley: str, activation: str
         overridden=tuple(sorted(overrides)),
         variants=MappingProxyType(chosen),
         gamma=MappingProxyType({key: fix(val) for key, val in gam.items()}),
-        lemmas=MappingProxyType({name: REGISTRY[name] for name in MODEL_LEMMAS[model]}),
+        lemmas=MappingProxyType({name: REGISTRY[name] for name in MODEL_LEMMAS[model]
+                                 + (("k_class",) if classes == CLASSES_K else ())}),
         **{name: fix(expr) for name, expr in exprs.items()},
     )
 
@@ -429,7 +456,7 @@ def diff_report(a: Theorem, b: Theorem) -> list[str]:
     return out
 
 
-def theorem_for(settings, activation: str, model: str = "plain") -> Theorem:
+def theorem_for(settings, activation: str, model: str = "plain", classes: str = "binary") -> Theorem:
     """The assembled theorem in force for bound settings, a network's activation and its model
     variant (``AnalysisWeights.variant``).
 
@@ -438,7 +465,7 @@ def theorem_for(settings, activation: str, model: str = "plain") -> Theorem:
     DerivationError.  Settings stay a value object: assembling a theorem is this layer's job.
     """
     return assemble(dict(settings.overrides) or None, massart=settings.massart,
-                    dudley=settings.dudley, activation=activation, model=model)
+                    dudley=settings.dudley, activation=activation, model=model, classes=classes)
 
 
 def unified_diff(a: str, b: str, names: tuple[str, str] = ("a", "b")) -> str:

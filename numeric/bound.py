@@ -45,7 +45,7 @@ def evaluate(
     if plan is None:
         # one set of facts (at the requested dtype) for planning and evaluating
         dtype_name(dtype)  # float64 or float32 only, checked before any work
-        ct = compiled_theorem(settings, weights.activation, weights.variant)
+        ct = compiled_theorem(settings, weights.activation, weights.variant, weights.num_outputs)
         facts = network_facts(weights, spectra=spectra, dtype=dtype, device=device)
         return evaluate_facts(ct, facts, settings, plan_for(ct, facts, settings, margins), margins=margins,
                               dtype=dtype)

@@ -124,7 +124,8 @@ def certified_upper(certified, numeric: NumericBound | None = None) -> float:
     on the Dudley variant only, never on an overridden lemma constant (so the generated table holds it)."""
     variants = numeric.variants if numeric is not None and numeric.variants else {}
     settings = replace(certified.settings, overrides=())
-    ct = compiled_theorem(settings, variants.get("activation", "gelu"), variants.get("model", "plain"))
+    ct = compiled_theorem(settings, variants.get("activation", "gelu"), variants.get("model", "plain"),
+                          int(variants.get("k_cls", 1)))
     return float(ct.dd_upper)
 
 

@@ -242,7 +242,7 @@ def evaluate_plan(
     ``device`` where torch computes them (CPU or CUDA).
     """
     dtype_name(dtype)  # float64 or float32 only, checked before any work
-    ct = compiled_theorem(settings, weights.activation, weights.variant)
+    ct = compiled_theorem(settings, weights.activation, weights.variant, weights.num_outputs)
     facts = network_facts(weights, spectra=spectra, dtype=dtype, device=device)
     return evaluate_facts(ct, facts, settings, plan, margins=margins, dtype=dtype)
 

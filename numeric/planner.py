@@ -158,7 +158,7 @@ def choose_plan(
         if len(enclosures) != len(weights.matrices):
             raise SpecboundError(f"{len(enclosures)} enclosures for {len(weights.matrices)} matrices")
         spectra = enclosure_midpoints(enclosures)
-    ct = compiled_theorem(settings, weights.activation, weights.variant)
+    ct = compiled_theorem(settings, weights.activation, weights.variant, weights.num_outputs)
     facts = network_facts(weights, spectra=spectra, device=device)
     return plan_for(ct, facts, settings, margins)
 
@@ -166,7 +166,7 @@ def choose_plan(
 def choose_occam(weights: AnalysisWeights, settings: BoundSettings, enclosures: Sequence, margins) -> OccamPlan:
     """The Occam route's choices alone (:func:`numeric.occam_plan.plan_occam`) for a caller that brought
     its own Rademacher plan; ``enclosures`` and ``margins`` as for :func:`choose_plan`."""
-    ct = compiled_theorem(settings, weights.activation, weights.variant)
+    ct = compiled_theorem(settings, weights.activation, weights.variant, weights.num_outputs)
     facts = network_facts(weights, spectra=enclosure_midpoints(enclosures))
     m = int(settings.grid_m) if settings.grid_m is not None else grid_size(facts.num_layers, facts.width)
     return plan_occam(ct, facts, settings, margins, m)

@@ -56,11 +56,13 @@ def as_margins(margins) -> np.ndarray | MarginSample | None:
 
 # -- the theorem, compiled ------------------------------------------------------------------------
 
-def compiled_theorem(settings: BoundSettings, activation: str, model: str = "plain") -> CompiledTheorem:
-    """The theorem in force for ``settings``, ``activation`` and ``model`` as numpy callables
+def compiled_theorem(settings: BoundSettings, activation: str, model: str = "plain",
+                     outputs: int = 1) -> CompiledTheorem:
+    """The theorem in force for ``settings``, ``activation``, ``model`` and ``outputs`` (read-out rows k:
+    1 binary, k >= 2 the k-class theorem) as numpy callables
     (:class:`specbound.certified.compiled.CompiledTheorem` over numeric/generated.py; compiled from
     the SymPy source when a lemma constant is overridden or the register patched)."""
-    return _compiled(generated, settings, activation, model)
+    return _compiled(generated, settings, activation, model, outputs)
 
 
 # -- float facts about the network ----------------------------------------------------------------
@@ -204,7 +206,8 @@ def network_facts(weights: AnalysisWeights, *, spectra=None, dtype="float64", de
         raise SpecboundError(f"unknown model variant {weights.variant!r}; expected one of {sorted(generated.LAYOUTS)}")
     structure = structure_of(weights, generated.LAYOUTS[weights.variant])
     w = weights.readout
-    norm = None if w is None else float(np.linalg.norm(np.asarray(w, dtype=np.float64)))
+    # the read-out radius: ||w||, or the largest row norm of a k-row W (proofs_notes/k_class.md (b))
+    norm = None if w is None else float(np.linalg.norm(np.atleast_2d(np.asarray(w, dtype=np.float64)), axis=1).max())
     return NetworkFacts(mats, values, rank_cap, proven, dims, structure,
                         int(weights.width), int(weights.num_layers), norm, weights.variant, str(device))
 

@@ -86,7 +86,7 @@ def _table(fns: _Functions, backend: str) -> list[str]:
     table, constants = [], []
     for key in evaluated.variant_keys():
         T = evaluated.theorem_of(key)
-        row = {name: fns.add(expr, evaluated.arguments(expr)) for name, expr in evaluated.fields(T).items()}
+        row = {name: fns.add(expr, evaluated.arguments(expr)) for name, expr in evaluated.table_row(key).items()}
         table.append(f"    {key!r}: {row!r},")
         constants.append(f"    {key!r}: {evaluated.constants_of(T)!r},")
     lines = fns.lines("_e" if backend == "arb" else "_n")

@@ -326,22 +326,29 @@ THEOREM_ROUTES = ("rademacher", "occam", "both")
 
 
 def theorem(route: str = "rademacher", *, overrides: Mapping[str, Any] | None = None, massart: str = "centred",
-            dudley: str = "centred", activation: str = "gelu", model: str = "plain") -> Theorem | OccamTheorem | Routes:
+            dudley: str = "centred", activation: str = "gelu", model: str = "plain",
+            classes: int = 1) -> Theorem | OccamTheorem | Routes:
     """The theorem assembled from the SymPy lemma objects, as ``specbound theorem`` renders it
     (:func:`specbound.derivation.render.render`): ``route`` "rademacher" (the main theorem),
     "occam" (``massart`` / ``dudley`` do not apply) or "both" (each at delta/2); ``overrides``
-    maps a lemma constant (C_sm, L_phi, B_phi) to its exact value; ``model`` a model variant."""
+    maps a lemma constant (C_sm, L_phi, B_phi) to its exact value; ``model`` a model variant;
+    ``classes`` the read-out rows k: 1 (default) the binary theorem, k >= 2 the k-class theorem
+    (proofs_notes/k_class.md; the same for every k, which it keeps as the symbol ``k_cls``)."""
     from .derivation.routes import assemble_occam, assemble_routes
     from .derivation.theorem import DerivationError, assemble
 
     overrides = dict(overrides or {})
+    if isinstance(classes, bool) or not isinstance(classes, int) or classes < 1:
+        raise DerivationError(f"classes must be an integer k >= 1 (the read-out rows), got {classes!r}")
+    form = "binary" if classes == 1 else "k"
     if route == "occam":
-        return assemble_occam(overrides, activation=activation, model=model)
+        return assemble_occam(overrides, activation=activation, model=model, classes=form)
     if route == "both":
-        return assemble_routes(overrides, massart=massart, dudley=dudley, activation=activation, model=model)
+        return assemble_routes(overrides, massart=massart, dudley=dudley, activation=activation, model=model,
+                               classes=form)
     if route != "rademacher":
         raise DerivationError(f"unknown route {route!r}; expected one of {', '.join(THEOREM_ROUTES)}")
-    return assemble(overrides, massart=massart, dudley=dudley, activation=activation, model=model)
+    return assemble(overrides, massart=massart, dudley=dudley, activation=activation, model=model, classes=form)
 
 
 def plan_n(model: CheckpointSource | None = None, target: float | Sequence[float] | None = None,

@@ -79,9 +79,6 @@ def inspect_checkpoint(source: CheckpointSource, *, num_heads: int | None = None
     scope = weights.scope
     certify = ("available" if CAPABILITY_CERTIFY in spec.capabilities
                else f"refused: {spec.outside_theorem}")
-    if certify == "available" and weights.num_outputs > 1:  # pipeline.refuse_k_class
-        certify = (f"not yet: a {weights.num_outputs}-class read-out (the k-class bound, proofs_notes/k_class.md, "
-                   "is not yet evaluated)")
     arch = {"num_layers": weights.num_layers, "num_heads": weights.num_heads,
             "num_kv_heads": weights.num_kv_heads or weights.num_heads, "width": weights.width,
             "head_dim": weights.head_dim, "ff_dim": weights.ff_dim, "activation": weights.activation,

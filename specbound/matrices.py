@@ -120,11 +120,14 @@ class AnalysisWeights:
     def architecture(self) -> dict:
         """The architecture facts as a certificate and a training record state them (JSON-able):
         layers, heads, width, head and feed-forward dimensions, activation, number of covered
-        matrices, variant and key/value groups.  Two networks with different facts are different
-        hypothesis classes, so a record or certificate naming other facts belongs to another network."""
+        matrices, variant and key/value groups; ``num_outputs`` = k for a k-row read-out (the k-class theorem,
+        proofs_notes/k_class.md; absent for one vector w, so binary records are unchanged).  Two networks with
+        different facts are different hypothesis classes, so a record or certificate naming other facts
+        belongs to another network."""
         return {"num_layers": self.num_layers, "num_heads": self.num_heads, "width": self.width,
                 "head_dim": self.head_dim, "ff_dim": self.ff_dim, "activation": self.activation,
-                "num_matrices": len(self.matrices), "variant": self.variant, "num_kv_heads": self.num_kv_heads}
+                "num_matrices": len(self.matrices), "variant": self.variant, "num_kv_heads": self.num_kv_heads,
+                **({"num_outputs": self.num_outputs} if self.num_outputs > 1 else {})}
 
     def of_layer(self, layer: int) -> tuple[NamedMatrix, ...]:
         return tuple(m for m in self.matrices if m.layer == layer)

@@ -37,8 +37,8 @@ table (optionally projected), or rows the user embeds; every input map gives ``X
   embedding fitted on S makes the inputs depend on S); the tables are buffers, not parameters,
   and a table changed after construction is refused when the model is saved or certified;
 * ``num_outputs = k``: one read-out vector ``w`` (labels +-1, the binary bound) or a k-row read-out
-  ``W`` (labels 0..k-1; margin ``f_y - max_{y' != y} f_y'``, proofs_notes/k_class.md).  The k-class
-  bound is not yet evaluated: ``certify`` refuses k >= 2 in one line until it is.
+  ``W`` (labels 0..k-1; margin ``f_y - max_{y' != y} f_y'``, the k-class bound of proofs_notes/k_class.md:
+  ties are errors, the read-out is covered over ``W`` at its largest row norm).
 
 A subclass that overrides the computation, an extra parameter or buffer (a LayerNorm, a bias added
 later) or a forward hook puts the network outside the family: :meth:`AnalysisTransformer.check_family`

@@ -101,14 +101,15 @@ def occam_margins(fast, data, gamma) -> MarginEnclosures:
             lo, hi = fast.refine(idx)
         except NotApplicable:
             return m
-        neg = np.asarray(data.labels)[idx] < 0
+        neg = np.asarray(data.labels)[idx] < 0  # the a-priori pass: one read-out vector, labels +-1
         m = m.refined(idx, np.where(neg, -hi, lo), np.where(neg, -lo, hi), "interval")
     return m
 
 
 def float_margins(weights, data, fast=None) -> np.ndarray | None:
-    """Float64 margins y f(X) (for choosing rho only): from the fast pass ``fast`` when given, else
-    from the own-format model's float forward in torch (the models the fast pass does not cover)."""
+    """Float64 margins y f(X) (k outputs: f_y - max_{c != y} f_c; for choosing rho only): from the fast pass
+    ``fast`` when given, else from the own-format model's float forward in torch (the models the fast pass
+    does not cover)."""
     if fast is not None:
         return fast.margins(data)
     if data is None or data.tokens is None or CAPABILITY_FLOAT_FORWARD not in capabilities(weights.layout):
@@ -122,11 +123,16 @@ def float_margins(weights, data, fast=None) -> np.ndarray | None:
 
     model = AnalysisTransformer.load(path)
     tokens = np.asarray(data.tokens)
-    f = np.empty(tokens.shape[0])
+    k = weights.num_outputs
+    f = np.empty((tokens.shape[0], k) if k > 1 else tokens.shape[0])
     with torch.no_grad():
         # in batches: memory stays bounded whatever n is (one batch's attention tensors at a time)
         for a in range(0, tokens.shape[0], FLOAT_MARGIN_BATCH):
             f[a:a + FLOAT_MARGIN_BATCH] = model(torch.from_numpy(tokens[a:a + FLOAT_MARGIN_BATCH])).numpy()
+    if k > 1:
+        from specbound.certified.ramp_loss import float_margins_k
+
+        return float_margins_k(f, data.labels)
     return f * np.asarray(data.labels, dtype=np.float64)
 
 
@@ -148,17 +154,6 @@ def refuse_outside_theorem(checkpoint=None) -> None:
         f"({', '.join(spec.families)}): {spec.outside_theorem or 'outside the theorem'}; "
         f"spectra, proxies and inspect work"
     )
-
-
-def refuse_k_class(weights, checkpoint=None) -> None:
-    """A one-line SpecboundError for a model with k >= 2 read-out rows: the k-class bound
-    (proofs_notes/k_class.md) is not yet evaluated, and the binary bound does not apply to it."""
-    k = weights.num_outputs
-    if k > 1:
-        label = "<embedded default>" if checkpoint is None else str(checkpoint)
-        raise SpecboundError(f"{label}: a {k}-class model (read-out W with {k} rows): the k-class bound is not yet "
-                             "available in certify (binary models with one read-out vector w and labels +-1 certify; "
-                             "spectra, proxies and inspect work)")
 
 
 def choose_plan(weights, settings, enclosures, margins=None):
@@ -249,7 +244,6 @@ def _certify(engine, checkpoint, settings, data, *, n, delta, margin, empirical,
     t0 = time.perf_counter()
     refuse_outside_theorem(checkpoint)  # from the header: before any tensor is read
     weights = load_layers(checkpoint, (), num_heads=num_heads)  # the structure: no layer is read
-    refuse_k_class(weights, checkpoint)
     if settings is not None:
         n, delta, margin, empirical, readout = (settings.n, settings.delta, settings.margin,
                                                 settings.empirical, settings.readout)

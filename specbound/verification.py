@@ -170,6 +170,8 @@ def _check_claims(cert: dict, weights, settings: BoundSettings, checkpoint, rep:
     arch = cert.get("architecture") or {}
     for key, value in weights.architecture().items():
         rep.compare(f"architecture.{key}", arch.get(key), value)
+    if weights.num_outputs == 1:  # k rows pick the k-class theorem: a binary model's certificate claims none
+        rep.compare("architecture.num_outputs", arch.get("num_outputs", 1), 1)
     rep.compare("checkpoint.layout", cert["checkpoint"].get("layout"), weights.layout)
     for j, (mat, rec) in enumerate(zip(weights.matrices, cert["matrices"])):
         rep.compare(f"matrices[{j}].shape", [int(v) for v in rec["shape"]], list(mat.shape))

@@ -29,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rademacher (default): the main theorem; occam: the union over the cover's "
                              "centres with a margin count and the binomial tail (--massart/--dudley do not "
                              "apply); both: each at delta/2, the smaller reported (proofs_notes/occam_route.md)")
+    parser.add_argument("--classes", type=int, default=1, metavar="K",
+                        help="read-out rows k: 1 (default) the binary theorem (labels +-1); K >= 2 the k-class "
+                             "theorem (margin f_y - max_{c != y} f_c; the same for every K, printed with the "
+                             "symbol k_cls; proofs_notes/k_class.md)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (every expression as text and LaTeX) instead of --format")
 
@@ -68,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         overrides[name.strip()] = _number(name.strip(), value.strip())
     model = {"analysis": "plain"}.get(args.model, args.model)
     assembled = theorem(args.route, overrides=overrides, massart=args.massart, dudley=args.dudley,
-                        activation=args.activation, model=model)
+                        activation=args.activation, model=model, classes=args.classes)
     if args.json:
         import json
 

@@ -77,7 +77,10 @@ def lam(k: int):
     return mpmath.log(mpmath.mpf(3) * (abs(k) + 1) * (abs(k) + 2) / 2)
 
 
-def hand() -> dict:
+def hand(lip: int = 1, k_rows: int = 1, readout_norm=Fraction(0.75)) -> dict:
+    """The bound by hand.  ``lip``, ``rows``, ``readout_norm``: the k-class theorem (proofs_notes/k_class.md
+    (c)) has the margin operator's factor ``lip = 2`` in every kappa and in the read-out scale, the read-out
+    covered in ``k_rows * N`` dimensions and ``readout_norm`` = the largest row norm of W."""
     n, rho = mpmath.mpf(N_SAMPLES), mpf(2) ** K_RHO
     # sharpenings.md S2: beta_c = 1 + 1/(16L), beta_w = 17/16
     beta_c, beta_s, beta_w = mpf(Fraction(17, 16)), mpmath.mpf(2), mpf(Fraction(17, 16))
@@ -96,7 +99,7 @@ def hand() -> dict:
             row["s"] = beta_s ** row["k_s"]
         rows.append(row)
     c = {r["kind"]: r["c"] for r in rows}
-    k_w = index_up(mpf(Fraction(0.75)), beta_w)
+    k_w = index_up(mpf(readout_norm), beta_w)
     B_w = beta_w**k_w
 
     # sensitivities (sensitivity_gamma.md) and the single layer's constant (layer_lipschitz.md)
@@ -109,7 +112,7 @@ def hand() -> dict:
 
     T_sum, H_total, D_sum, Lam = 0, 0, 0, 0
     for row, u, th in zip(rows, U, VARTHETA):
-        kap = B_w * alpha * gamma[row["kind"]] / rho
+        kap = lip * B_w * alpha * gamma[row["kind"]] / rho
         p, cc, s, d, r_max = mpf(row["p"]), row["c"], row["s"], row["d"], row["r_max"]
         u, th, aD = mpf(Fraction(u)), mpf(Fraction(th)), mpf(Fraction(ALPHA_D))
         if p == 0:
@@ -135,13 +138,15 @@ def hand() -> dict:
             D_sum += mpmath.sqrt(aD_j) * I_p
             Lam += mpmath.log(2 * M_GRID + 1) + lam(row["k_c"]) + lam(row["k_s"])
 
-    Nw, u_w, th_w, aD = 2, mpf(Fraction(U_W)), mpf(Fraction(VARTHETA_W)), mpf(Fraction(ALPHA_D))
+    Nw, u_w, th_w, aD = 2 * k_rows, mpf(Fraction(U_W)), mpf(Fraction(VARTHETA_W)), mpf(Fraction(ALPHA_D))
+    rho = rho / lip  # the read-out's output scale: rho u / lip (k classes: the ramp is 2/rho-Lipschitz)
     ss_closed = T_sum + mpmath.sqrt(Nw * mpmath.log(1 + 2 * B_w * n / rho) / (2 * n)) + 1 / n
     H_total += Nw * mpmath.log(1 + 2 * B_w / (rho * u_w))
     ss_exact = mpmath.fsum(mpf(Fraction(u)) for u in U) + u_w + mpmath.sqrt(H_total / (2 * n))
     SS = min(ss_closed, ss_exact)
     DD = 4 * aD + 12 / mpmath.sqrt(n) * (
         D_sum + mpmath.sqrt(Nw * mpmath.log(1 + 2 * B_w / (th_w * rho * aD))) * (mpf(Fraction(1, 4)) - aD))
+    rho = rho * lip
     Lam += lam(k_w) + lam(K_RHO)
     conf = mpmath.sqrt((mpmath.log(1 / mpf(Fraction(1, 20))) + Lam) / (2 * n))
     bound = mpf(EMP) + 2 * min(SS, DD) + conf

@@ -40,8 +40,10 @@ def margins(gamma: float) -> tuple[MarginEnclosures, int]:
     return MarginEnclosures(lo, hi, "synthetic"), 12
 
 
-def hand_occam(count: int) -> dict:
-    """The Occam route by hand at 50 digits (occam_route.md, sharpenings.md S1 and S2)."""
+def hand_occam(count: int, lip: int = 1, k_rows: int = 1, readout_norm=Fraction(0.75)) -> dict:
+    """The Occam route by hand at 50 digits (occam_route.md, sharpenings.md S1 and S2).  ``lip``, ``rows``,
+    ``readout_norm``: the k-class route (k_class.md (d): the output cover at gamma/(2 lip) = gamma/4, the
+    read-out weight and dimension k_rows * N, the radius from the largest row norm)."""
     beta_c, beta_s, beta_w, beta_g = mpf(Fraction(17, 16)), mpmath.mpf(2), mpf(Fraction(17, 16)), mpf(Fraction(17, 16))
     g = beta_g ** K_GAMMA
     L_phi = (1 + mpmath.erf(1)) / 2 + 1 / (mpmath.e * mpmath.sqrt(mpmath.pi))
@@ -55,16 +57,16 @@ def hand_occam(count: int) -> dict:
             row["s"] = beta_s ** row["k_s"]
         rows.append(row)
     c = {r["kind"]: r["c"] for r in rows}
-    k_w = index_up(mpf(Fraction(0.75)), beta_w)
+    k_w = index_up(mpf(readout_norm), beta_w)
     B_w = beta_w**k_w
     sens = {"QK": L_phi * c["V_tilde"] * c["M_in"] * c["M_out"], "V_tilde": L_phi * c["M_in"] * c["M_out"],
             "M_in": L_phi * c["M_out"], "M_out": c["M_in"]}  # C_sm = B_phi = 1, alpha = 1
     # the rule: omega_j = min(r_j d_j, m_j n_j) (rank at p = 0, the cap at p > 0), omega_w = N
     omega = [min(r["rank"] * r["d"] if r["p"] == 0 else r["r_max"] * r["d"], r["mn"]) for r in rows]
-    total = sum(omega) + 2
+    total = sum(omega) + 2 * k_rows
     H, Lam, ents = mpmath.mpf(0), mpmath.mpf(0), []
     for r, w in zip(rows, omega):
-        eps = mpmath.mpf(w) / total * g / (2 * B_w * sens[r["kind"]])  # the cover radius gamma/2, shared
+        eps = mpmath.mpf(w) / total * g / (2 * lip * B_w * sens[r["kind"]])  # the cover radius gamma/2, shared
         vol = r["mn"] * mpmath.log(1 + 2 * r["c"] / eps)
         if r["p"] == 0:
             ent = min(r["rank"] * r["d"] * mpmath.log(1 + 4 * r["c"] / eps), vol)
@@ -75,8 +77,8 @@ def hand_occam(count: int) -> dict:
             Lam += mpmath.log(2 * M_GRID + 1) + lam(r["k_c"]) + lam(r["k_s"])
         ents.append(ent)
         H += ent
-    eps_w = mpmath.mpf(2) / total * g / 2
-    H += 2 * mpmath.log(1 + 2 * B_w / eps_w)
+    eps_w = mpmath.mpf(2 * k_rows) / total * g / (2 * lip)
+    H += 2 * k_rows * mpmath.log(1 + 2 * B_w / eps_w)
     Lam += lam(k_w) + lam(K_GAMMA)
     C = H + Lam + mpmath.log(40)  # delta/2 = 1/40: both routes are reported
     return dict(gamma=g, H=H, Lambda=Lam, C=C, bound=bininv(N_SAMPLES, count, C), entropies=ents,

@@ -46,3 +46,18 @@ def test_rho_R_override_outside_rotary_models_is_one_error_line(capsys):
     assert main(["theorem", "--set", "rho_R=2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "rho_R" in err[0]
+
+
+def test_classes_option_renders_the_k_class_theorem_and_one_the_binary_one(capsys):
+    from pathlib import Path
+
+    golden = Path(__file__).parent / "golden"
+    assert main(["theorem", "--classes", "3"]) == 0
+    assert capsys.readouterr().out == (golden / "theorem_kclass.txt").read_text(encoding="utf-8")
+    assert main(["theorem", "--classes", "5", "--route", "both", "--format", "markdown"]) == 0
+    assert capsys.readouterr().out == (golden / "theorem_both_kclass.md").read_text(encoding="utf-8")
+    assert main(["theorem", "--classes", "1"]) == 0
+    assert capsys.readouterr().out == (golden / "theorem.txt").read_text(encoding="utf-8")
+    assert main(["theorem", "--classes", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "classes must be an integer k >= 1" in err[0]

@@ -70,6 +70,8 @@ def _inputs(names, seed):
             out[a] = float(rng.uniform(0.1, 1.9))
         elif a in ("vartheta", "vartheta_w", "delta", "alpha_D", "u", "u_w"):
             out[a] = float(rng.uniform(0.01, 0.5))
+        elif a == "k_cls":
+            out[a] = float(rng.integers(2, 10))
         elif a in ("n", "N", "d", "r_max", "m_grid"):
             out[a] = float(rng.integers(8, 4096))
         else:
@@ -79,9 +81,8 @@ def _inputs(names, seed):
 
 @pytest.mark.parametrize("key", SAMPLED, ids=lambda k: "-".join(k))
 def test_generated_numpy_fields_equal_the_sympy_expressions(key):
-    T = evaluated.theorem_of(key)
     row = generated.THEOREMS[key]
-    exprs = evaluated.fields(T)
+    exprs = evaluated.table_row(key)  # the binary fields and their k-class twins
     assert set(row) == set(exprs)
     for seed, (name, expr) in enumerate(sorted(exprs.items())):
         fn, names = generated.FUNCTIONS[row[name]], generated.ARGS[row[name]]
@@ -96,9 +97,8 @@ def test_generated_numpy_fields_equal_the_sympy_expressions(key):
 
 @pytest.mark.parametrize("key", SAMPLED, ids=lambda k: "-".join(k))
 def test_generated_arb_fields_contain_the_sympy_value(key):
-    T = evaluated.theorem_of(key)
     row = cgen.THEOREMS[key]
-    exprs = evaluated.fields(T)
+    exprs = evaluated.table_row(key)  # the binary fields and their k-class twins
     assert set(row) == set(exprs)
     for seed, (name, expr) in enumerate(sorted(exprs.items())):
         fn, names = cgen.FUNCTIONS[row[name]], cgen.ARGS[row[name]]
@@ -136,8 +136,9 @@ def test_every_dudley_piece_vanishes_at_the_upper_limit(key):
     # the edge policy (certified/evaluation.py): at alpha_D = dd_upper the Dudley integral runs over
     # an empty range, so each piece is exactly 0 -- proven here for the printed fields themselves
     T = evaluated.theorem_of(key)
-    fields = evaluated.fields(T)
-    for name in ("dd_matrix_piece", "dd_matrix_piece_p2", "dd_matrix_piece_rank", "dd_readout_piece"):
+    fields = evaluated.table_row(key)
+    for name in ("dd_matrix_piece", "dd_matrix_piece_p2", "dd_matrix_piece_rank", "dd_readout_piece",
+                 "kclass_dd_readout_piece"):
         assert sp.simplify(fields[name].xreplace({symbols.alpha_D: T.dd_upper})) == 0, name
 
 

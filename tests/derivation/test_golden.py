@@ -65,6 +65,10 @@ ROUTE_GOLDEN = {
     "theorem_occam": lambda: assemble_occam(),
     "theorem_occam_ls": lambda: assemble_occam(model="ls", activation="silu"),
     "theorem_both": lambda: assemble_routes(),
+    # the k-class theorem (proofs_notes/k_class.md): kappa doubled, the read-out over W in k N dimensions,
+    # the Occam route's output cover at gamma/4 and read-out weight k N
+    "theorem_kclass": lambda: assemble(classes="k"),
+    "theorem_both_kclass": lambda: assemble_routes(classes="k"),
 }
 
 

@@ -25,7 +25,9 @@ SECTION_11 = [
 ]
 # the Occam route (register entries 31-32, proofs_notes/theory.md section 12)
 SECTION_12 = ["occam_route", "binomial_inversion"]
-ALL_ENTRIES = SECTION_8 + SECTION_11 + SECTION_12
+# k-class margins (register entry 33, proofs_notes/k_class.md)
+SECTION_13 = ["k_class"]
+ALL_ENTRIES = SECTION_8 + SECTION_11 + SECTION_12 + SECTION_13
 
 
 def test_every_register_entry_has_exactly_one_lemma_object():
