@@ -58,8 +58,20 @@ def silu(t: np.ndarray) -> np.ndarray:
     return s
 
 
+def silu_parts(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(fl(t SIG(t)), SIG(t))``: :func:`silu` and the sigmoid it multiplies (kept for the derivative)."""
+    s = sigmoid(t)
+    return s * t, s
+
+
 def gelu_tanh(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(fl(t SIG(y)), y)`` with ``y = fl(c1 fl(t + fl(c2 fl(fl(t t) t))))`` entrywise."""
+    g, y, _ = gelu_tanh_parts(t)
+    return g, y
+
+
+def gelu_tanh_parts(t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(fl(t SIG(y)), y, SIG(y))``: :func:`gelu_tanh` and the sigmoid it multiplies."""
     t = np.asarray(t, dtype=np.float64)
     y = t * t
     y *= t
@@ -67,8 +79,7 @@ def gelu_tanh(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     y += t
     y *= GELU_TANH_C1
     s = sigmoid(y)
-    s *= t
-    return s, y
+    return s * t, y, s
 
 
 @lru_cache(maxsize=None)
@@ -150,7 +161,9 @@ __all__ = (
     "activation_bounds",
     "gelu_tanh",
     "gelu_tanh_argument_bound",
+    "gelu_tanh_parts",
     "sigmoid",
     "sigmoid_error_bound",
     "silu",
+    "silu_parts",
 )
