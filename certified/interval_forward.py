@@ -7,7 +7,9 @@ magnitudes, the spread of the values under each attention row, the norms before 
 Every radius operation is rounded upward (:mod:`specbound.certified.directed`), and every constant is an
 exact Arb point rounded up once per model (:mod:`specbound.certified.interval_network`).  The result per
 sample and class is an enclosure ``[lo, hi]`` of the exact real output, or ``[-inf, +inf]`` when a bound
-overflowed (the sample is then not certified; the caller redoes it in Arb).
+overflowed (the sample is then not certified; the caller redoes it in Arb).  With ``refine`` set, the
+radius of each batch is then narrowed by the first-order (adjoint) bound of
+:mod:`specbound.certified.interval_adjoint` (proofs_notes/interval_adjoint.md).
 
 Public API: :class:`IntervalPass`, :func:`prepare`, :func:`interval_outputs`, :func:`outputs_of_rows`,
 :func:`outputs_of_tokens`, :func:`output_enclosures`.
@@ -268,42 +270,49 @@ def _attention_radius(net: IntervalNetwork, lay: IntervalLayer, ap: SimpleNamesp
     _rec(tr, "h_hat", ap.h)
     _rec(tr, "A_hat", ap.A)
     same, causal = ap.same, net.causal
-    ek, Kh, Vh, ev = (_to_heads(a, lay, same) for a in (eps_k, ap.Kn, ap.Vn, eps_v))
+    ek, Kh, ev = (_to_heads(a, lay, same) for a in (eps_k, ap.Kn, eps_v))
+    Vh = _to_heads(ap.Vn, lay, same)
     _, g_T, T_alpha, one_g_d, inv_g_T, g_d = _softmax_constants(T, d)
     m1 = _keymax(add_up(Kh, ek), causal, Tq)
     m2 = _keymax(add_up(ek, mul_up(Kh, g_d)), causal, Tq)
-    mK, mV, mEv = _keymax(Kh, causal, Tq), _keymax(Vh, causal, Tq), _keymax(ev, causal, Tq)
+    mEv = _keymax(ev, causal, Tq)
     Qh, eq = ap.Qn.transpose(0, 2, 1), eps_q.transpose(0, 2, 1)
     # step 4: the score radius r and the magnitude S per query row
     r1 = _rec(tr, "r.1", mul_up(eq, m1))
     r2 = _rec(tr, "r.2", mul_up(Qh, m2))
     r = _rec(tr, "r", add_up(r1, r2, TINY))
     _rec(tr, "omega", np.broadcast_to(ap.omega, r.shape))
-    S = _rec(tr, "S", add_up(mul_up(mul_up(Qh, one_g_d), mK), TINY))
-    # step 5: the softmax program's errors per row
-    eta_p, lam, bad = _softmax_errors(S, T, d, tr)
-    # step 6: the head output rows
-    Hn, Hlo = ap.Hn, ap.Hlo
-    e_g = _rec(tr, "h.d", add_up(mul_up(mul_up(add_up(1.0, eta_p), g_T), mV), TINY))
+    if tr is None and getattr(ap, "fixed", None) is not None:
+        S, eta_p, lam, bad, e_g, W, hc = ap.fixed  # the radius-independent terms, computed once
+    else:
+        mK, mV = _keymax(Kh, causal, Tq), _keymax(Vh, causal, Tq)
+        S = _rec(tr, "S", add_up(mul_up(mul_up(Qh, one_g_d), mK), TINY))
+        # step 5: the softmax program's errors per row
+        eta_p, lam, bad = _softmax_errors(S, T, d, tr)
+        # step 6: the head output rows
+        Hn, Hlo = ap.Hn, ap.Hlo
+        e_g = _rec(tr, "h.d", add_up(mul_up(mul_up(add_up(1.0, eta_p), g_T), mV), TINY))
+        A_up = _rec(tr, "W.A", mul_up(add_up(ap.A, TINY), inv_g_T))
+        h_sq_lo = _rec(tr, "W.h2", down(down(sub_down(1.0, eta_p) * Hlo) * Hlo))
+        he = _rec(tr, "W.he", mul_up(mul_up(Hn, e_g), 2.0))
+        tail = _rec(tr, "W.tail", mul_up(T_alpha, mul_up(add_up(mV, Hn), add_up(mV, Hn))))
+        # the positive terms first, then one signed subtraction rounded up (it may be negative)
+        W = _rec(tr, "W", mul_up(lam, np.maximum(up(add_up(A_up, he, tail) - h_sq_lo), 0.0)))
+        hc = mul_up(eta_p, mV)
+        ap.fixed = (S, eta_p, lam, bad, e_g, W, hc)
     b1 = _rec(tr, "h.b1", mul_up(r, ap.omega))
-    A_up = _rec(tr, "W.A", mul_up(add_up(ap.A, TINY), inv_g_T))
-    h_sq_lo = _rec(tr, "W.h2", down(down(sub_down(1.0, eta_p) * Hlo) * Hlo))
-    he = _rec(tr, "W.he", mul_up(mul_up(Hn, e_g), 2.0))
-    tail = _rec(tr, "W.tail", mul_up(T_alpha, mul_up(add_up(mV, Hn), add_up(mV, Hn))))
-    # the positive terms first, then one signed subtraction rounded up (it may be negative)
-    W = _rec(tr, "W", mul_up(lam, np.maximum(up(add_up(A_up, he, tail) - h_sq_lo), 0.0)))
     x2r = mul_up(r, 2.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         b2 = _rec(tr, "h.b2", np.where(x2r < 0.5, mul_up(div_up(x2r, sub_down(1.0, x2r)), sqrt_up(W)), np.inf))
     ha = _rec(tr, "h.a", np.broadcast_to(mEv, r.shape))
-    hc = _rec(tr, "h.c", mul_up(eta_p, mV))
+    _rec(tr, "h.c", hc)
     eps_h = _rec(tr, "eps_h", np.where(bad, np.inf, add_up(ha, np.minimum(b1, b2), hc, e_g)))
     # step 7: heads concatenated, one product of length H dv with the stacked W_O
     eps_cat = norm_up(eps_h.transpose(0, 2, 1))
     _rec(tr, "a_hat", ap.out)
     eps_a = _linear(eps_cat, ap.n_cat, (lay.o,), tr, "eps_a")[..., 0]
     return SimpleNamespace(eps_a=eps_a, eps_q=eps_q, eps_k=eps_k, eps_v=eps_v, r=r, eta_p=eta_p, bad=bad,
-                           dlt_q=dlt_q)
+                           dlt_q=dlt_q, W=W)
 
 
 def _activate_program(lay: IntervalLayer, t: np.ndarray, ok: np.ndarray) -> SimpleNamespace:
@@ -486,6 +495,10 @@ class IntervalPass:
     """The per-sample pass prepared for one model (network and constants built once)."""
 
     net: IntervalNetwork
+    refine: float | None = None
+    """``None``: the per-layer radius only; a number ``>= 0``: each batch is refined by the first-order
+    (adjoint) radius of proofs_notes/interval_adjoint.md until every radius is ``<= refine (1 + |f|)`` (0: as
+    far as it helps)."""
 
     def rows(self, rows: np.ndarray, batch: int = BATCH) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return outputs_of_rows(self, rows, batch)
@@ -494,11 +507,26 @@ class IntervalPass:
         return outputs_of_tokens(self, E, P, tokens, batch, table)
 
 
-def prepare(weights: AnalysisWeights | IntervalNetwork) -> IntervalPass:
-    """The per-sample pass of ``weights`` (NotApplicable for what it does not cover)."""
+def prepare(weights: AnalysisWeights | IntervalNetwork, refine: float | None = None) -> IntervalPass:
+    """The per-sample pass of ``weights`` (NotApplicable for what it does not cover); ``refine``: the
+    relative width the adjoint refinement aims at (:attr:`IntervalPass.refine`)."""
     check_float_environment()
     net = weights if isinstance(weights, IntervalNetwork) else IntervalNetwork.from_weights(weights)
-    return IntervalPass(net)
+    if refine is not None and not refine >= 0:
+        raise ValueError(f"refine must be None or >= 0, got {refine!r}")
+    return IntervalPass(net, refine)
+
+
+def _batch(ip: IntervalPass, x0: np.ndarray, delta0: np.ndarray, ok: np.ndarray | None = None):
+    """The pass on one batch, refined when ``ip.refine`` is set."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if ip.refine is None:
+            return interval_outputs(ip.net, x0, delta0, ok)
+        from specbound.certified.interval_adjoint import refine  # it builds on this module
+
+        tape: list = []
+        f, rad, ok = interval_outputs(ip.net, x0, delta0, ok, tape=tape)
+        return f, refine(ip.net, tape, f, rad, ok, ip.refine), ok
 
 
 def input_rows(rows: np.ndarray, net: IntervalNetwork) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -523,8 +551,7 @@ def outputs_of_rows(ip: IntervalPass, rows: np.ndarray, batch: int = BATCH):
     f, rad, okall = np.empty((n, k)), np.empty((n, k)), np.empty(n, dtype=bool)
     for a in range(0, n, batch):
         x0, delta0, ok = input_rows(rows[a:a + batch], ip.net)
-        with np.errstate(over="ignore", invalid="ignore"):
-            f[a:a + batch], rad[a:a + batch], okall[a:a + batch] = interval_outputs(ip.net, x0, delta0, ok)
+        f[a:a + batch], rad[a:a + batch], okall[a:a + batch] = _batch(ip, x0, delta0, ok)
     return f, rad, okall
 
 
@@ -546,9 +573,7 @@ def outputs_of_tokens(ip: IntervalPass, E: np.ndarray, P: np.ndarray | None, tok
     f, rad, okall = np.empty((n, k)), np.empty((n, k)), np.empty(n, dtype=bool)
     for a in range(0, n, batch):
         x0 = table[pos, tokens[a:a + batch]]
-        with np.errstate(over="ignore", invalid="ignore"):
-            f[a:a + batch], rad[a:a + batch], okall[a:a + batch] = interval_outputs(
-                ip.net, x0, np.full(x0.shape[:2], d0))
+        f[a:a + batch], rad[a:a + batch], okall[a:a + batch] = _batch(ip, x0, np.full(x0.shape[:2], d0))
     return f, rad, okall
 
 
