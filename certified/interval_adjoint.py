@@ -124,7 +124,7 @@ def _ff_remainder(lay: IntervalLayer, st, rd, r0, dy, d: np.ndarray, tr) -> np.n
 
 def _ff_backward(net: IntervalNetwork, lay: IntervalLayer, st, ga: np.ndarray, d: np.ndarray, A: np.ndarray, tr):
     """Step 9's feed-forward program on the adjoint rows ``ga`` (after Pi's backward) and the bound of its
-    rounding summed over the rows (``gamma_k S + 2^-800``; ``inf`` when the gain check fails)."""
+    rounding summed over the rows (``gamma_k S + 2^-700``)."""
     fp, back = st.fp, lay.back
     B, R, N = ga.shape
     F = d.shape[-1]
@@ -168,7 +168,8 @@ def _ff_jacobian(net: IntervalNetwork, lay: IntervalLayer, st, d: np.ndarray, tr
     F = d.shape[-1]
     if back.ff_K is not None and (F <= 32 or d.shape[1] == 1):
         q = np.maximum(np.einsum("...j,...j->...", d @ back.ff_K, d), 0.0)
-        err = mul_up(add_up(mul_up(gamma_up(F + 1), back.ff_K_fro), back.ff_K_err), sq_norm_up(d))
+        # d^T K d as (d K) . d: each term passes one product and F - 1 sums twice (gamma_2F)
+        err = _rec(tr, "ff.J.err", mul_up(add_up(mul_up(gamma_up(2 * F), back.ff_K_fro), back.ff_K_err), sq_norm_up(d)))
         spec = np.minimum(spec, sqrt_up(add_up(q, err)))
     return _rec(tr, "ff.J", add_up(res, spec))
 
@@ -176,8 +177,8 @@ def _ff_jacobian(net: IntervalNetwork, lay: IntervalLayer, st, d: np.ndarray, tr
 def _ff_bounds(net: IntervalNetwork, lay: IntervalLayer, st, dy, tr) -> SimpleNamespace:
     """The feed-forward stage's local error ``eps``, remainder ``rho`` (steps 3, 4, 6) for input balls ``dy``,
     ``iota`` and the computed derivative ``d``."""
-    r0 = ff_stage_radius(net, lay, st, np.zeros_like(dy))
-    rd = st.ff if dy is st.att.out else ff_stage_radius(net, lay, st, dy)
+    r0 = ff_stage_radius(net, lay, st, np.zeros_like(dy), None if tr is None else tr.setdefault("ff0", {}))
+    rd = st.ff if dy is st.att.out else ff_stage_radius(net, lay, st, dy, None if tr is None else tr.setdefault("ff1", {}))
     act = st.fp.act
     d = _rec(tr, "ff.d", derivative(lay.act.name, act.t, act.kept))
     rho_g = _ff_remainder(lay, st, rd, r0, dy, d, tr)
@@ -308,7 +309,7 @@ def _att_backward(net: IntervalNetwork, lay: IntervalLayer, st, ga: np.ndarray, 
 def _att_bounds(net: IntervalNetwork, lay: IntervalLayer, st, tr) -> SimpleNamespace:
     """The attention stage's local error ``eps``, remainder ``rho`` (steps 3, 4, 8), ``iota``, and the
     linearised output ball ``lin >= iota |J_A Delta| + rho + eps`` (note step 10's tightening)."""
-    r0 = attention_stage_radius(net, lay, st, np.zeros_like(st.delta))
+    r0 = attention_stage_radius(net, lay, st, np.zeros_like(st.delta), None if tr is None else tr.setdefault("att0", {}))
     eps = _rec(tr, "att.eps", r0.out)
     pre, pre0 = st.att.pre, r0.pre
     D = add_up(pre, pre0)

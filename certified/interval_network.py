@@ -118,9 +118,9 @@ def _backward(wq, wk, wv, wo, ff, group, dv: int, act: ActivationBounds) -> Back
     # interval_adjoint.md step 9: every factor of the backward's absolute program <= 2^40
     usable = math.isfinite(e_d) and act.t_max <= MAX_BACKWARD_FACTOR and all(f < MAX_BACKWARD_FACTOR for f in fros)
     K = kf = ke = None
-    if len(ff) == 2:  # plain: ||M_in diag(d) M_out||_F^2 = d^T K d, K = (M_in^T M_in) o (M_out M_out^T)
+    if usable and len(ff) == 2:  # plain: ||M_in diag(d) M_out||_F^2 = d^T K d, K = (M_in^T M_in) o (M_out M_out^T)
         m_in, m_out = ff
-        K = (m_in.T @ m_in) * (m_out @ m_out.T)
+        K = (m_in.T @ m_in) * (m_out @ m_out.T)  # finite: every entry < 2^144 (factors' norms < 2^36)
         n = m_in.shape[0]
         with precision(BOUND_PREC):
             u, g = pow2(-53), gamma_arb(n)
