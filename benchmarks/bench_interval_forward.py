@@ -30,6 +30,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from specbound.certified.fast_forward import project_rows_float, token_table  # noqa: E402
+from specbound.certified.interval_adjoint import refined_pass  # noqa: E402
 from specbound.certified.interval_forward import BATCH, prepare  # noqa: E402
 from specbound.certified.ramp_loss import certified_ramp_loss, fast_pass  # noqa: E402
 from specbound.checkpoint import load_weights  # noqa: E402
@@ -142,7 +143,7 @@ def bench(path, n: int, reps: int, rho: float, target: float) -> None:
     tokens, labels = task.sample(n, np.random.default_rng(3))
     E, P = w.extra["embedding.E"], w.extra.get("embedding.P")
     ip = prepare(w)
-    ip_ref = prepare(w, refine=target)
+    ip_ref = refined_pass(w, target)
     net = ip.net
     phi = _phi(w.activation, _erf())
     table, _, _ = token_table(E, P, tokens)
@@ -180,7 +181,7 @@ def bench(path, n: int, reps: int, rho: float, target: float) -> None:
     widths = rad[:, 0] / (1 + np.abs(g))
     rad_r = refined[1]
     widths_r = rad_r[:, 0] / (1 + np.abs(g))
-    _, rad_0, _ = prepare(w, refine=0.0).tokens(E, P, tokens)  # as far as the refinement goes
+    _, rad_0, _ = refined_pass(w, 0.0).tokens(E, P, tokens)  # as far as the refinement goes
     widths_0 = rad_0[:, 0] / (1 + np.abs(g))
     fp = fast_pass(w, data)
     name = path or "embedded default"

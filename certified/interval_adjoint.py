@@ -9,12 +9,14 @@ valid radius (note step 1).  The result per sample is the least radius over the 
 cut reached, so it is never wider than the per-layer radius; it stops at the first cut where every sample
 of the batch meets the requested relative width, or at the input.
 
-Public API: :func:`refine`, :data:`BACKWARD_TINY`.
+Public API: :func:`refined_pass`, :func:`refine`, :data:`BACKWARD_TINY`.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from functools import partial
 from types import SimpleNamespace
 
 import numpy as np
@@ -23,7 +25,7 @@ from specbound.certified.directed import (
     add_up, div_up, down, gamma_up, mul_up, norm_up, sq_norm_up, sqrt_up, sub_down, sum_up, up,
 )
 from specbound.certified.interval_forward import (
-    TINY, _keymax, _to_heads, attention_stage_radius, ff_stage_radius,
+    TINY, IntervalPass, _keymax, _to_heads, attention_stage_radius, ff_stage_radius, prepare,
 )
 from specbound.certified.interval_network import IntervalLayer, IntervalNetwork
 from specbound.certified.sigmoid import derivative
@@ -400,4 +402,12 @@ def refine(net: IntervalNetwork, tape: list, f: np.ndarray, rad: np.ndarray, ok:
     return out
 
 
-__all__ = ("BACKWARD_TINY", "refine")
+def refined_pass(weights, target: float = 0.0) -> IntervalPass:
+    """The per-sample pass of ``weights`` (:func:`~specbound.certified.interval_forward.prepare`) with every
+    batch refined by :func:`refine` until each radius is ``<= target (1 + |f|)`` (0: as far as it helps)."""
+    if not target >= 0:
+        raise ValueError(f"the refinement's target must be >= 0, got {target!r}")
+    return replace(prepare(weights), refiner=partial(refine, target=float(target)))
+
+
+__all__ = ("BACKWARD_TINY", "refine", "refined_pass")

@@ -7,9 +7,9 @@ magnitudes, the spread of the values under each attention row, the norms before 
 Every radius operation is rounded upward (:mod:`specbound.certified.directed`), and every constant is an
 exact Arb point rounded up once per model (:mod:`specbound.certified.interval_network`).  The result per
 sample and class is an enclosure ``[lo, hi]`` of the exact real output, or ``[-inf, +inf]`` when a bound
-overflowed (the sample is then not certified; the caller redoes it in Arb).  With ``refine`` set, the
-radius of each batch is then narrowed by the first-order (adjoint) bound of
-:mod:`specbound.certified.interval_adjoint` (proofs_notes/interval_adjoint.md).
+overflowed (the sample is then not certified; the caller redoes it in Arb).  A pass with a ``refiner``
+(:func:`specbound.certified.interval_adjoint.refined_pass`) then narrows the radius of each batch by the
+first-order (adjoint) bound of proofs_notes/interval_adjoint.md; this module does not import it.
 
 Public API: :class:`IntervalPass`, :func:`prepare`, :func:`interval_outputs`, :func:`outputs_of_rows`,
 :func:`outputs_of_tokens`, :func:`output_enclosures`.
@@ -18,6 +18,7 @@ Public API: :class:`IntervalPass`, :func:`prepare`, :func:`interval_outputs`, :f
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from types import SimpleNamespace
@@ -495,10 +496,10 @@ class IntervalPass:
     """The per-sample pass prepared for one model (network and constants built once)."""
 
     net: IntervalNetwork
-    refine: float | None = None
-    """``None``: the per-layer radius only; a number ``>= 0``: each batch is refined by the first-order
-    (adjoint) radius of proofs_notes/interval_adjoint.md until every radius is ``<= refine (1 + |f|)`` (0: as
-    far as it helps)."""
+    refiner: Callable[..., np.ndarray] | None = None
+    """``None``: the per-layer radius only; else called as ``refiner(net, tape, f, radius, ok)`` on each batch
+    and returning radii ``<= radius`` that still enclose (the adjoint refinement of
+    proofs_notes/interval_adjoint.md, set by :func:`specbound.certified.interval_adjoint.refined_pass`)."""
 
     def rows(self, rows: np.ndarray, batch: int = BATCH) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return outputs_of_rows(self, rows, batch)
@@ -507,26 +508,21 @@ class IntervalPass:
         return outputs_of_tokens(self, E, P, tokens, batch, table)
 
 
-def prepare(weights: AnalysisWeights | IntervalNetwork, refine: float | None = None) -> IntervalPass:
-    """The per-sample pass of ``weights`` (NotApplicable for what it does not cover); ``refine``: the
-    relative width the adjoint refinement aims at (:attr:`IntervalPass.refine`)."""
+def prepare(weights: AnalysisWeights | IntervalNetwork) -> IntervalPass:
+    """The per-sample pass of ``weights`` (NotApplicable for what it does not cover)."""
     check_float_environment()
     net = weights if isinstance(weights, IntervalNetwork) else IntervalNetwork.from_weights(weights)
-    if refine is not None and not refine >= 0:
-        raise ValueError(f"refine must be None or >= 0, got {refine!r}")
-    return IntervalPass(net, refine)
+    return IntervalPass(net)
 
 
 def _batch(ip: IntervalPass, x0: np.ndarray, delta0: np.ndarray, ok: np.ndarray | None = None):
-    """The pass on one batch, refined when ``ip.refine`` is set."""
+    """The pass on one batch, refined when ``ip.refiner`` is set."""
     with np.errstate(over="ignore", invalid="ignore"):
-        if ip.refine is None:
+        if ip.refiner is None:
             return interval_outputs(ip.net, x0, delta0, ok)
-        from specbound.certified.interval_adjoint import refine  # it builds on this module
-
         tape: list = []
         f, rad, ok = interval_outputs(ip.net, x0, delta0, ok, tape=tape)
-        return f, refine(ip.net, tape, f, rad, ok, ip.refine), ok
+        return f, ip.refiner(ip.net, tape, f, rad, ok), ok
 
 
 def input_rows(rows: np.ndarray, net: IntervalNetwork) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

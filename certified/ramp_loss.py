@@ -34,6 +34,7 @@ from specbound.certified.forward_ls import certified_forward, network_for
 from specbound.certified.arb import float_lower, float_upper
 from specbound.certified.interval_forward import output_enclosures
 from specbound.certified.interval_forward import prepare as interval_prepare
+from specbound.certified.interval_adjoint import refined_pass
 from specbound.certified.margins import (
     MarginEnclosures, errors_lower, exact_float_sum, from_center_radius, from_output_enclosures, max_radius,
     ramp_loss_sums, undecided,
@@ -367,12 +368,12 @@ def _interval_runner(weights, data: DataSet, embedding, table=None, lazy: bool =
     """``indices -> (lower, upper)`` of the outputs by the per-sample pass; NotApplicable if it does not
     cover the model (when ``lazy``, raised by the first call, which also prepares the network).
     ``table``: the token table of all of ``data`` (:func:`~specbound.certified.fast_forward.token_table`);
-    ``refine``: the adjoint refinement's relative width goal (:attr:`IntervalPass.refine`; None: off)."""
+    ``refine``: the adjoint refinement's relative width goal (:func:`~specbound.certified.interval_adjoint.refined_pass`; None: off)."""
     state: dict = {}
 
     def prepared():
         if "ip" not in state:
-            ip = interval_prepare(weights, refine=refine)
+            ip = interval_prepare(weights) if refine is None else refined_pass(weights, refine)
             if ip.net.k != 1:
                 raise NotApplicable("k read-out rows: the binary ramp loss needs one read-out vector")
             state["ip"] = ip

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specbound.certified.forward_ls import certified_forward
-from specbound.certified.interval_adjoint import _att_bounds, _ff_bounds, _pi_backward
+from specbound.certified.interval_adjoint import _att_bounds, _ff_bounds, _pi_backward, refined_pass
 from specbound.certified.interval_forward import input_rows, interval_outputs, output_enclosures, prepare
 from tests.certified.mp_network import DPS, mp_mat, mp_outputs, random_weights
 from tests.certified.mp_stage import Layer, att_jhat, attention_stage, ff_jhat, ff_stage, vec
@@ -49,7 +49,7 @@ def test_refined_enclosure_contains_mpmath_and_meets_arb(variant, case):
     w = random_weights(rng, variant=variant, activation=activation, qk=qk, T=3, kv=1 if variant == "ls" else 0)
     X = _inputs(rng, kind, 2, 3, w.width)
     f0, r0, ok0 = prepare(w).rows(X)
-    f, r, ok = prepare(w, refine=0.0).rows(X)
+    f, r, ok = refined_pass(w, 0.0).rows(X)
     assert np.array_equal(f, f0) and np.array_equal(ok, ok0) and (r <= r0).all()
     _check(w, X, *output_enclosures(f, r, ok))
 
@@ -63,7 +63,7 @@ def test_deep_models_with_large_norm_products_are_enclosed(variant):
                        L=6, H=2, N=4, d=2, F=4, T=3, qk=2.5)
     X = rng.standard_normal((3, 3, 4)) * 3
     f0, r0, _ = prepare(w).rows(X)
-    f, r, ok = prepare(w, refine=0.0).rows(X)
+    f, r, ok = refined_pass(w, 0.0).rows(X)
     assert (r <= r0).all() and (r < r0).any()
     _check(w, X, *output_enclosures(f, r, ok), arb_too=False)
 
@@ -73,7 +73,7 @@ def test_k_readout_rows_are_refined_each():
     w = random_weights(rng, variant="causal", activation="relu", L=3, k=3, T=3)
     X = rng.standard_normal((2, 3, w.width))
     f0, r0, _ = prepare(w).rows(X)
-    f, r, ok = prepare(w, refine=0.0).rows(X)
+    f, r, ok = refined_pass(w, 0.0).rows(X)
     assert r.shape == (2, 3) and (r < r0).all()
     _check(w, X, *output_enclosures(f, r, ok), arb_too=False)
 
@@ -82,30 +82,30 @@ def test_refinement_changes_nothing_without_layers_or_for_unusable_models():
     rng = np.random.default_rng(13)
     w0 = random_weights(rng, L=0, T=3)
     X = rng.standard_normal((2, 3, w0.width))
-    assert np.array_equal(prepare(w0).rows(X)[1], prepare(w0, refine=0.0).rows(X)[1])
+    assert np.array_equal(prepare(w0).rows(X)[1], refined_pass(w0, 0.0).rows(X)[1])
     net = prepare(random_weights(rng, L=2, T=3)).net
     lay = net.layers[0]
     from dataclasses import replace
 
     off = replace(net, layers=(replace(lay, back=replace(lay.back, usable=False)),) + net.layers[1:])
     X = rng.standard_normal((2, 3, net.width))
-    assert np.array_equal(prepare(off).rows(X)[1], prepare(off, refine=0.0).rows(X)[1])
+    assert np.array_equal(prepare(off).rows(X)[1], refined_pass(off, 0.0).rows(X)[1])
     with pytest.raises(ValueError):
-        prepare(net, refine=-1.0)
+        refined_pass(net, -1.0)
     # a feed-forward matrix of norm 1e200: the refinement is off (step 9's range), the pass still runs
     big = random_weights(rng, activation="silu", L=1, T=3)
     big = replace(big, matrices=tuple(replace(m, left=m.left * 1e200) if m.kind == "M_in" else m for m in big.matrices))
     assert not prepare(big).net.layers[0].back.usable
     X = np.zeros((1, 3, big.width))
-    assert np.array_equal(prepare(big).rows(X)[1], prepare(big, refine=0.0).rows(X)[1])
+    assert np.array_equal(prepare(big).rows(X)[1], refined_pass(big, 0.0).rows(X)[1])
 
 
 def test_the_target_stops_the_backward_early_and_is_met():
     rng = np.random.default_rng(14)
     w = random_weights(rng, variant="residual", L=4, T=3)
     X = rng.standard_normal((4, 3, w.width))
-    f, r_all, _ = prepare(w, refine=0.0).rows(X)
-    _, r_goal, _ = prepare(w, refine=1e-6).rows(X)
+    f, r_all, _ = refined_pass(w, 0.0).rows(X)
+    _, r_goal, _ = refined_pass(w, 1e-6).rows(X)
     assert (r_goal <= 1e-6 * (1 + np.abs(f))).all() and (r_goal >= r_all).all()
 
 
@@ -348,5 +348,5 @@ def test_property_refined_enclosures_contain_the_exact_output(variant, activatio
     w = random_weights(rng, variant=variant, activation=activation, L=L, T=3, qk=qk,
                        kv=1 if variant == "ls" else 0)
     X = rng.standard_normal((1, 3, w.width)) * rng.choice([0.3, 1.0, 5.0])
-    f, r, ok = prepare(w, refine=0.0).rows(X)
+    f, r, ok = refined_pass(w, 0.0).rows(X)
     _check(w, X, *output_enclosures(f, r, ok), arb_too=False)

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from specbound.certified.fast_forward import NotApplicable, prepare_rows
 from specbound.certified.forward_ls import certified_forward
+from specbound.certified.interval_adjoint import refined_pass
 from specbound.certified.interval_forward import output_enclosures, prepare
 from specbound.certified.margins import count_upper, from_output_enclosures, undecided
 from specbound.certified.ramp_loss import certified_ramp_loss, fast_pass
@@ -236,7 +237,7 @@ def test_the_route_decides_per_layer_straddlers_by_the_adjoint_refinement_before
     assert fp.method == "interval" and fp.refine is not None
     g = fp.margins(data)
     radius = (fp.upper - fp.lower) / 2
-    _, refined, _ = prepare(w, refine=0.0).rows(X)
+    _, refined, _ = refined_pass(w, 0.0).rows(X)
     i = int(np.argmax(np.where(g > 0, radius, -1)))
     assert g[i] > 0 and refined[i, 0] < radius[i] / 4  # the refinement decides what the per-layer radius cannot
     rho = float(g[i] + radius[i] / 2)
