@@ -283,8 +283,8 @@ def _attention_radius(net: IntervalNetwork, lay: IntervalLayer, ap: SimpleNamesp
     r2 = _rec(tr, "r.2", mul_up(Qh, m2))
     r = _rec(tr, "r", add_up(r1, r2, TINY))
     _rec(tr, "omega", np.broadcast_to(ap.omega, r.shape))
-    if tr is None and getattr(ap, "fixed", None) is not None:
-        S, eta_p, lam, bad, e_g, W, hc = ap.fixed  # the radius-independent terms, computed once
+    if tr is None and getattr(ap, "radius_free", None) is not None:
+        S, eta_p, lam, bad, e_g, W, hc = ap.radius_free  # the radius-independent terms, computed once
     else:
         mK, mV = _keymax(Kh, causal, Tq), _keymax(Vh, causal, Tq)
         S = _rec(tr, "S", add_up(mul_up(mul_up(Qh, one_g_d), mK), TINY))
@@ -300,7 +300,7 @@ def _attention_radius(net: IntervalNetwork, lay: IntervalLayer, ap: SimpleNamesp
         # the positive terms first, then one signed subtraction rounded up (it may be negative)
         W = _rec(tr, "W", mul_up(lam, np.maximum(up(add_up(A_up, he, tail) - h_sq_lo), 0.0)))
         hc = mul_up(eta_p, mV)
-        ap.fixed = (S, eta_p, lam, bad, e_g, W, hc)
+        ap.radius_free = (S, eta_p, lam, bad, e_g, W, hc)
     b1 = _rec(tr, "h.b1", mul_up(r, ap.omega))
     x2r = mul_up(r, 2.0)
     with np.errstate(invalid="ignore", divide="ignore"):
