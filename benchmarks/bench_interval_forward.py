@@ -4,7 +4,8 @@ Plain script (no pytest).  For each model (the embedded default, then every chec
 samples of its recorded task it times, interleaved in one run, medians of --reps repetitions:
   float     = the faster of a batched numpy float64 forward (libm exp, scipy erf / numpy tanh) of the same
               program and the model's own torch float64 forward, both on one thread: what a float forward costs;
-  interval  = certified.interval_forward on every sample (token table in Arb included);
+  interval  = certified.interval_forward on every sample (token table in Arb included), per-layer radius only;
+  refined   = the same with the adjoint refinement (proofs_notes/interval_adjoint.md) aiming at --target;
   route     = certified_ramp_loss(..., forward="fast") end to end at margin --rho (the a-priori pass where its
               epsilon is small, the per-sample pass otherwise or on the a-priori pass's straddlers, Arb
               for what still straddles 0 or rho).
@@ -29,6 +30,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from specbound.certified.fast_forward import project_rows_float, token_table  # noqa: E402
+from specbound.certified.interval_adjoint import refined_pass  # noqa: E402
 from specbound.certified.interval_forward import BATCH, prepare  # noqa: E402
 from specbound.certified.ramp_loss import certified_ramp_loss, fast_pass  # noqa: E402
 from specbound.checkpoint import load_weights  # noqa: E402
@@ -135,12 +137,13 @@ def _torch_forward(path, tokens):
     return run
 
 
-def bench(path, n: int, reps: int, rho: float) -> None:
+def bench(path, n: int, reps: int, rho: float, target: float) -> None:
     w = load_weights(path)
     task = Task.from_record(task_record(w, None))
     tokens, labels = task.sample(n, np.random.default_rng(3))
     E, P = w.extra["embedding.E"], w.extra.get("embedding.P")
     ip = prepare(w)
+    ip_ref = refined_pass(w, target)
     net = ip.net
     phi = _phi(w.activation, _erf())
     table, _, _ = token_table(E, P, tokens)
@@ -152,8 +155,8 @@ def bench(path, n: int, reps: int, rho: float) -> None:
             numpy_forward(net, table[pos, tokens[a:a + BATCH]], phi)
 
     torch_run = _torch_forward(path, tokens)
-    times: dict[str, list[float]] = {"numpy": [], "torch": [], "interval": [], "route": []}
-    result = cert = None
+    times: dict[str, list[float]] = {"numpy": [], "torch": [], "interval": [], "refined": [], "route": []}
+    result = refined = cert = None
     for _ in range(reps):  # interleaved, so load drifts hit every method alike
         t0 = time.perf_counter()
         numpy_run()
@@ -166,6 +169,9 @@ def bench(path, n: int, reps: int, rho: float) -> None:
         result = ip.tokens(E, P, tokens)
         times["interval"].append(time.perf_counter() - t0)
         t0 = time.perf_counter()
+        refined = ip_ref.tokens(E, P, tokens)
+        times["refined"].append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
         cert = certified_ramp_loss(w, data, rho)
         times["route"].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items() if v}
@@ -173,6 +179,10 @@ def bench(path, n: int, reps: int, rho: float) -> None:
     f, rad, ok = result
     g = f[:, 0] * labels
     widths = rad[:, 0] / (1 + np.abs(g))
+    rad_r = refined[1]
+    widths_r = rad_r[:, 0] / (1 + np.abs(g))
+    _, rad_0, _ = refined_pass(w, 0.0).tokens(E, P, tokens)  # as far as the refinement goes
+    widths_0 = rad_0[:, 0] / (1 + np.abs(g))
     fp = fast_pass(w, data)
     name = path or "embedded default"
     print(f"{name}: {w.variant} L={w.num_layers} H={w.num_heads} N={w.width} d_h={w.head_dim} d_ff={w.ff_dim} "
@@ -180,6 +190,8 @@ def bench(path, n: int, reps: int, rho: float) -> None:
     print(f"  float64 forward   numpy {n / med['numpy']:>9.0f}/s" +
           (f"   torch {n / med['torch']:>9.0f}/s" if "torch" in med else ""))
     print(f"  interval pass     {n / med['interval']:>9.0f} certified samples/s   ratio to float {med['interval'] / flt:.2f}")
+    print(f"  refined pass      {n / med['refined']:>9.0f} certified samples/s   ratio to float {med['refined'] / flt:.2f}"
+          f"   (target {target:g})")
     print(f"  certified route   {n / med['route']:>9.0f} certified samples/s   ratio to float {med['route'] / flt:.2f}"
           f"   (rho = {rho}; first pass: {fp.method}; per-sample pass on {cert.interval}, Arb on {cert.redone})")
     thresholds = np.array([0.0, rho])
@@ -188,6 +200,9 @@ def bench(path, n: int, reps: int, rho: float) -> None:
     print(f"  widths: max radius {rad.max():.3e}, max radius/(1+|margin|) {widths.max():.3e} "
           f"(median {np.median(widths):.3e}); target 1e-9: {'met' if widths.max() <= 1e-9 else 'MISSED'}; "
           f"not certified {int((~ok).sum())}; redone at >= 1e-6 from every threshold: {far}")
+    print(f"  refined widths: max {widths_r.max():.3e} (median {np.median(widths_r):.3e}) at target {target:g}; "
+          f"run to the input: max {widths_0.max():.3e} (median {np.median(widths_0):.3e}); "
+          f"target 1e-9: {'met' if widths_0.max() <= 1e-9 else 'MISSED'}")
     if fp.epsilon is not None:
         print(f"  a-priori epsilon {float(fp.epsilon.upper()):.3e}")
 
@@ -198,6 +213,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--rho", type=float, default=2.0)
+    ap.add_argument("--target", type=float, default=1e-9, help="the refined pass's relative width goal")
     ap.add_argument("--no-default", action="store_true", help="skip the embedded default model")
     ap.add_argument("--recipes", action="store_true", help="print the recipes of the L4 models and exit")
     args = ap.parse_args()
@@ -206,7 +222,7 @@ def main() -> None:
         return
     paths = ([] if args.no_default else [None]) + list(args.models)
     for path in paths:
-        bench(path, args.n, args.reps, args.rho)
+        bench(path, args.n, args.reps, args.rho, args.target)
 
 
 if __name__ == "__main__":

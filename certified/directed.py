@@ -12,7 +12,7 @@ Also the per-model binary64 constants of the error analysis, each an exact Arb p
 
 Public API: :data:`UNIT_ROUNDOFF`, :data:`ETA`, :func:`up`, :func:`upn`, :func:`down`, :func:`add_up`, :func:`mul_up`,
 :func:`div_up`, :func:`sub_down`, :func:`sqrt_up`, :func:`sqrt_down`, :func:`gamma_up`,
-:func:`float_up`, :func:`norm_up`, :func:`norm_down`, :func:`sq_norm_up`.
+:func:`float_up`, :func:`norm_up`, :func:`norm_down`, :func:`sq_norm_up`, :func:`sum_up`.
 """
 
 from __future__ import annotations
@@ -156,6 +156,14 @@ def norm_down(m: np.ndarray) -> np.ndarray:
     return sqrt_down(down(sub_down(s, tiny) * lo))
 
 
+def sum_up(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Upper bounds of the sums of *nonnegative* upper bounds over ``axis``: ``(fl(sum) + n eta) / (1 -
+    gamma_n)`` rounded up (any summation tree: ``fl(sum) >= (1 - gamma_n) sum``; ``+`` never underflows)."""
+    n = x.shape[axis]
+    hi, _, tiny = _norm_factors(max(n, 1))
+    return mul_up(add_up(np.sum(x, axis=axis), tiny), hi)
+
+
 def norms_both(m: np.ndarray, with_sum: bool = False):
     """(upper, lower) bounds of the norms over the last axis from one sum of squares (and that float
     sum ``fl(sum m^2)`` itself when ``with_sum``)."""
@@ -183,6 +191,7 @@ __all__ = (
     "sqrt_down",
     "sqrt_up",
     "sub_down",
+    "sum_up",
     "up",
     "upn",
 )

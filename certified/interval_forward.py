@@ -7,7 +7,9 @@ magnitudes, the spread of the values under each attention row, the norms before 
 Every radius operation is rounded upward (:mod:`specbound.certified.directed`), and every constant is an
 exact Arb point rounded up once per model (:mod:`specbound.certified.interval_network`).  The result per
 sample and class is an enclosure ``[lo, hi]`` of the exact real output, or ``[-inf, +inf]`` when a bound
-overflowed (the sample is then not certified; the caller redoes it in Arb).
+overflowed (the sample is then not certified; the caller redoes it in Arb).  A pass with a ``refiner``
+(:func:`specbound.certified.interval_adjoint.refined_pass`) then narrows the radius of each batch by the
+first-order (adjoint) bound of proofs_notes/interval_adjoint.md; this module does not import it.
 
 Public API: :class:`IntervalPass`, :func:`prepare`, :func:`interval_outputs`, :func:`outputs_of_rows`,
 :func:`outputs_of_tokens`, :func:`output_enclosures`.
@@ -16,8 +18,10 @@ Public API: :class:`IntervalPass`, :func:`prepare`, :func:`interval_outputs`, :f
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -29,7 +33,7 @@ from specbound.certified.directed import (
 from specbound.certified.elementary import exp_error_bound, exp_nonpositive, phi
 from specbound.certified.fast_forward import NotApplicable, check_float_environment, token_table
 from specbound.certified.interval_network import IntervalLayer, IntervalNetwork
-from specbound.certified.sigmoid import gelu_tanh, silu
+from specbound.certified.sigmoid import gelu_tanh_parts, silu_parts
 from specbound.errors import CertificationError
 from specbound.matrices import AnalysisWeights
 
@@ -87,22 +91,45 @@ def _linear(delta, norms, blocks, tr, name):
 
 
 # --------------------------------------------------------------------------- stages
+#
+# Every stage is split into its binary64 *program* (the analysed computation and the norms of its
+# float arrays, independent of any radius) and its *radius* formulas (functions of the program's values
+# and of the incoming radii).  The pass evaluates the formulas at the incoming radii; the adjoint
+# refinement (interval_adjoint.py) evaluates the very same formulas again at radius 0 (local errors).
 
 
-def _project(a: np.ndarray, eps: np.ndarray, net: IntervalNetwork, ok: np.ndarray, tr, name):
-    """Step 9: the program ``a / max(1, fl(sqrt(fl(sum a^2))))`` and its row radius."""
-    _rec(tr, name + ".in", a)
-    _rec(tr, name + ".in_eps", eps)
+def _project_program(a: np.ndarray, ok: np.ndarray) -> SimpleNamespace:
+    """Step 9's program ``a / max(1, fl(sqrt(fl(sum a^2))))`` with the row norms its radius needs."""
     nu_hi, nu_lo, s = norms_both(a, with_sum=True)
     _finite(ok, nu_hi)
-    y = a / np.maximum(np.sqrt(s), 1.0)[..., None]
-    lip = _rec(tr, name + ".lip", div_up(eps, np.maximum(sub_down(nu_lo, eps), 1.0)))
-    rounding = _rec(tr, name + ".rnd", mul_up(net.e_pi, np.minimum(nu_hi, 1.0)))
-    return y, _rec(tr, name, add_up(lip, rounding, TINY))
+    nu = np.sqrt(s)
+    return SimpleNamespace(a=a, y=a / np.maximum(nu, 1.0)[..., None], nu=nu, nu_hi=nu_hi, nu_lo=nu_lo)
 
 
-def _rotate(x: np.ndarray, eps: np.ndarray, net: IntervalNetwork, first: int, tr, name):
-    """Step 3 on rows ``x`` (B, Tr, G, d) at positions ``first..first+Tr-1``."""
+def _project_radius(pp: SimpleNamespace, eps: np.ndarray, net: IntervalNetwork, tr, name):
+    """Step 9: the row radius after Pi for the pre-Pi radius ``eps``."""
+    _rec(tr, name + ".in", pp.a)
+    _rec(tr, name + ".in_eps", eps)
+    lip = _rec(tr, name + ".lip", div_up(eps, np.maximum(sub_down(pp.nu_lo, eps), 1.0)))
+    rounding = _rec(tr, name + ".rnd", mul_up(net.e_pi, np.minimum(pp.nu_hi, 1.0)))
+    return _rec(tr, name, add_up(lip, rounding, TINY))
+
+
+def _residual_program(a: np.ndarray, m: np.ndarray, ok: np.ndarray) -> SimpleNamespace:
+    s = a + m
+    ns = norm_up(s)
+    _finite(ok, ns)
+    return SimpleNamespace(s=s, ns=ns)
+
+
+def _residual_radius(rp: SimpleNamespace, eps_a, delta, tr, name):
+    """Step 8: the radius of ``fl(a + m)``."""
+    rounding = _rec(tr, name + ".rnd", mul_up(rp.ns, _U1))
+    return _rec(tr, name, add_up(eps_a, delta, rounding))
+
+
+def _rotate_program(x: np.ndarray, net: IntervalNetwork, first: int) -> tuple[np.ndarray, np.ndarray]:
+    """Step 3's program on rows ``x`` (B, Tr, G, d) at positions ``first..first+Tr-1``; also ``N(x)``."""
     Tr, d = x.shape[1], x.shape[3]
     half = d // 2
     if net.cos is None or first + Tr > net.cos.shape[0]:
@@ -110,10 +137,14 @@ def _rotate(x: np.ndarray, eps: np.ndarray, net: IntervalNetwork, first: int, tr
     c = net.cos[first:first + Tr][None, :, None, :]
     s = net.sin[first:first + Tr][None, :, None, :]
     a, b = x[..., :half], x[..., half:]
-    out = np.concatenate([a * c - b * s, a * s + b * c], axis=-1)
+    return np.concatenate([a * c - b * s, a * s + b * c], axis=-1), norm_up(x)
+
+
+def _rotate_radius(eps: np.ndarray, norms: np.ndarray, net: IntervalNetwork, tr, name):
+    """Step 3: ``rho_R eps + 2^-51 rho_R N(x) + tau``."""
     lip = _rec(tr, name + ".rot_lip", mul_up(eps, net.rho_R))
-    rounding = _rec(tr, name + ".rot_rnd", mul_up(mul_up(norm_up(x), _ROT), net.rho_R))
-    return out, _rec(tr, name + ".rot", add_up(lip, rounding, TINY))
+    rounding = _rec(tr, name + ".rot_rnd", mul_up(mul_up(norms, _ROT), net.rho_R))
+    return _rec(tr, name + ".rot", add_up(lip, rounding, TINY))
 
 
 def _keymax(a: np.ndarray, causal: bool, Tq: int) -> np.ndarray:
@@ -169,158 +200,262 @@ def _softmax_errors(S, T: int, d: int, tr):
     return eta_p, lam, bad
 
 
-def _attention(net: IntervalNetwork, lay: IntervalLayer, x, delta, nx, last: bool, ok, tr):
-    """Steps 2-7 for one layer: the attention output rows (before the residual sum and Pi) and radii."""
+def _to_heads(a: np.ndarray, lay: IntervalLayer, same: bool) -> np.ndarray:
+    """(B, T, G) per key/value group -> (B, H, T) per head."""
+    return a.transpose(0, 2, 1) if same else a.transpose(0, 2, 1)[:, lay.group]
+
+
+def _attention_program(net: IntervalNetwork, lay: IntervalLayer, x, nx, last: bool, ok) -> SimpleNamespace:
+    """Steps 2-7's program for one layer: the attention rows before the residual sum and Pi, and every
+    float value and norm the radius formulas (and the adjoint) read."""
     B, T, N = x.shape
     H, G, d, dv = lay.num_heads, lay.num_groups, lay.dq, lay.dv
     tau = T - 1 if net.causal else 0
     if last:
-        xq, dlt_q, nq, Tq, first = x[:, tau:tau + 1], delta[:, tau:tau + 1], nx[:, tau:tau + 1], 1, tau
+        xq, nq, Tq, first = x[:, tau:tau + 1], nx[:, tau:tau + 1], 1, tau
     else:
-        xq, dlt_q, nq, Tq, first = x, delta, nx, T, 0
+        xq, nq, Tq, first = x, nx, T, 0
     x2 = x.reshape(B * T, N)
-    q = _rec(tr, "q_hat", (xq.reshape(B * Tq, N) @ lay.wq).reshape(B, Tq, H, d))
-    k = _rec(tr, "k_hat", (x2 @ lay.wk).reshape(B, T, G, d))
-    v = _rec(tr, "v_hat", (x2 @ lay.wv).reshape(B, T, G, dv))
-    eps_q = _linear(dlt_q, nq, lay.q, tr, "eps_q")
-    eps_k = _linear(delta, nx, lay.k, tr, "eps_k")
-    eps_v = _linear(delta, nx, lay.v, tr, "eps_v")
+    q = (xq.reshape(B * Tq, N) @ lay.wq).reshape(B, Tq, H, d)
+    k = (x2 @ lay.wk).reshape(B, T, G, d)
+    v = (x2 @ lay.wv).reshape(B, T, G, dv)
+    ap = SimpleNamespace(x=x, nx=nx, xq=xq, nq=nq, Tq=Tq, first=first, q_hat=q, k_hat=k, v=v, rot=None)
     if net.rope:
-        q, eps_q = _rotate(q, eps_q, net, first, tr, "eps_q")
-        k, eps_k = _rotate(k, eps_k, net, 0, tr, "eps_k")
-        _rec(tr, "q_rot", q)
-        _rec(tr, "k_rot", k)
+        qr, nqp = _rotate_program(q, net, first)
+        kr, nkp = _rotate_program(k, net, 0)
+        ap.rot = (nqp, nkp)
+        q, k = qr, kr
+    ap.q, ap.k = q, k
     Qn, Kn, Vsq = norm_up(q), norm_up(k), sq_norm_up(v)
     for a in (Qn, Kn, Vsq):
         _finite(ok, a)
-    Vn = sqrt_up(Vsq)
+    ap.Qn, ap.Kn, ap.Vn = Qn, Kn, sqrt_up(Vsq)
     grp = lay.group
     same = G == H and bool((grp == np.arange(H)).all())
+    ap.same = same
     qh = q.transpose(0, 2, 1, 3)
     kh = k.transpose(0, 2, 3, 1)
     vaug = np.concatenate([v, Vsq[..., None]], axis=-1).transpose(0, 2, 1, 3)
     if not same:
         kh, vaug = kh[:, grp], vaug[:, grp]
-    p = _rec(tr, "p_hat", _softmax(qh @ kh, net.causal))  # (B, H, Tq, T)
-    hh = p @ vaug
-    h, A = _rec(tr, "h_hat", hh[..., :dv]), _rec(tr, "A_hat", hh[..., dv])
-    to_heads = (lambda a: a.transpose(0, 2, 1)) if same else (lambda a: a.transpose(0, 2, 1)[:, grp])
-    ek, Kh, Vh, ev = to_heads(eps_k), to_heads(Kn), to_heads(Vn), to_heads(eps_v)
+    ap.p = _softmax(qh @ kh, net.causal)  # (B, H, Tq, T)
+    hh = ap.p @ vaug
+    ap.h, ap.A = hh[..., :dv], hh[..., dv]
+    ap.Hn, ap.Hlo = norms_both(ap.h)
+    _finite(ok, ap.Hn)
+    ap.omega = _box_halfwidth(v.transpose(0, 2, 1, 3) if same else v.transpose(0, 2, 1, 3)[:, grp], net.causal, Tq)
+    hcat = ap.h.transpose(0, 2, 1, 3).reshape(B, Tq, H * dv)
+    ap.n_cat = norm_up(hcat)
+    _finite(ok, ap.n_cat)
+    ap.out = (hcat.reshape(B * Tq, H * dv) @ lay.wo).reshape(B, Tq, N)
+    return ap
+
+
+def _attention_radius(net: IntervalNetwork, lay: IntervalLayer, ap: SimpleNamespace, delta, tr) -> SimpleNamespace:
+    """Steps 2-7's radius formulas at the incoming row radii ``delta`` (B, T): the radius of the attention
+    rows before the residual sum (``eps_a``) and the intermediate radii (r, eta_p, ...) the adjoint reads."""
+    _rec(tr, "q_hat", ap.q_hat)
+    _rec(tr, "k_hat", ap.k_hat)
+    _rec(tr, "v_hat", ap.v)
+    T, Tq, d = ap.x.shape[1], ap.Tq, lay.dq
+    dlt_q = delta[:, ap.first:ap.first + Tq] if Tq == 1 else delta
+    eps_q = _linear(dlt_q, ap.nq, lay.q, tr, "eps_q")
+    eps_k = _linear(delta, ap.nx, lay.k, tr, "eps_k")
+    eps_v = _linear(delta, ap.nx, lay.v, tr, "eps_v")
+    if net.rope:
+        eps_q = _rotate_radius(eps_q, ap.rot[0], net, tr, "eps_q")
+        eps_k = _rotate_radius(eps_k, ap.rot[1], net, tr, "eps_k")
+        _rec(tr, "q_rot", ap.q)
+        _rec(tr, "k_rot", ap.k)
+    _rec(tr, "p_hat", ap.p)
+    _rec(tr, "h_hat", ap.h)
+    _rec(tr, "A_hat", ap.A)
+    same, causal = ap.same, net.causal
+    ek, Kh, ev = (_to_heads(a, lay, same) for a in (eps_k, ap.Kn, eps_v))
+    Vh = _to_heads(ap.Vn, lay, same)
     _, g_T, T_alpha, one_g_d, inv_g_T, g_d = _softmax_constants(T, d)
-    causal = net.causal
     m1 = _keymax(add_up(Kh, ek), causal, Tq)
     m2 = _keymax(add_up(ek, mul_up(Kh, g_d)), causal, Tq)
-    mK, mV, mEv = _keymax(Kh, causal, Tq), _keymax(Vh, causal, Tq), _keymax(ev, causal, Tq)
-    omega = _box_halfwidth(v.transpose(0, 2, 1, 3) if same else v.transpose(0, 2, 1, 3)[:, grp], causal, Tq)
-    Qh, eq = Qn.transpose(0, 2, 1), eps_q.transpose(0, 2, 1)
+    mEv = _keymax(ev, causal, Tq)
+    Qh, eq = ap.Qn.transpose(0, 2, 1), eps_q.transpose(0, 2, 1)
     # step 4: the score radius r and the magnitude S per query row
     r1 = _rec(tr, "r.1", mul_up(eq, m1))
     r2 = _rec(tr, "r.2", mul_up(Qh, m2))
     r = _rec(tr, "r", add_up(r1, r2, TINY))
-    _rec(tr, "omega", np.broadcast_to(omega, r.shape))
-    S = _rec(tr, "S", add_up(mul_up(mul_up(Qh, one_g_d), mK), TINY))
-    # step 5: the softmax program's errors per row
-    eta_p, lam, bad = _softmax_errors(S, T, d, tr)
-    # step 6: the head output rows
-    Hn, Hlo = norms_both(h)
-    _finite(ok, Hn)
-    e_g = _rec(tr, "h.d", add_up(mul_up(mul_up(add_up(1.0, eta_p), g_T), mV), TINY))
-    b1 = _rec(tr, "h.b1", mul_up(r, omega))
-    A_up = _rec(tr, "W.A", mul_up(add_up(A, TINY), inv_g_T))
-    h_sq_lo = _rec(tr, "W.h2", down(down(sub_down(1.0, eta_p) * Hlo) * Hlo))
-    he = _rec(tr, "W.he", mul_up(mul_up(Hn, e_g), 2.0))
-    tail = _rec(tr, "W.tail", mul_up(T_alpha, mul_up(add_up(mV, Hn), add_up(mV, Hn))))
-    # the positive terms first, then one signed subtraction rounded up (it may be negative)
-    W = _rec(tr, "W", mul_up(lam, np.maximum(up(add_up(A_up, he, tail) - h_sq_lo), 0.0)))
+    _rec(tr, "omega", np.broadcast_to(ap.omega, r.shape))
+    if tr is None and getattr(ap, "radius_free", None) is not None:
+        S, eta_p, lam, bad, e_g, W, hc = ap.radius_free  # the radius-independent terms, computed once
+    else:
+        mK, mV = _keymax(Kh, causal, Tq), _keymax(Vh, causal, Tq)
+        S = _rec(tr, "S", add_up(mul_up(mul_up(Qh, one_g_d), mK), TINY))
+        # step 5: the softmax program's errors per row
+        eta_p, lam, bad = _softmax_errors(S, T, d, tr)
+        # step 6: the head output rows
+        Hn, Hlo = ap.Hn, ap.Hlo
+        e_g = _rec(tr, "h.d", add_up(mul_up(mul_up(add_up(1.0, eta_p), g_T), mV), TINY))
+        A_up = _rec(tr, "W.A", mul_up(add_up(ap.A, TINY), inv_g_T))
+        h_sq_lo = _rec(tr, "W.h2", down(down(sub_down(1.0, eta_p) * Hlo) * Hlo))
+        he = _rec(tr, "W.he", mul_up(mul_up(Hn, e_g), 2.0))
+        tail = _rec(tr, "W.tail", mul_up(T_alpha, mul_up(add_up(mV, Hn), add_up(mV, Hn))))
+        # the positive terms first, then one signed subtraction rounded up (it may be negative)
+        W = _rec(tr, "W", mul_up(lam, np.maximum(up(add_up(A_up, he, tail) - h_sq_lo), 0.0)))
+        hc = mul_up(eta_p, mV)
+        ap.radius_free = (S, eta_p, lam, bad, e_g, W, hc)
+    b1 = _rec(tr, "h.b1", mul_up(r, ap.omega))
     x2r = mul_up(r, 2.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         b2 = _rec(tr, "h.b2", np.where(x2r < 0.5, mul_up(div_up(x2r, sub_down(1.0, x2r)), sqrt_up(W)), np.inf))
     ha = _rec(tr, "h.a", np.broadcast_to(mEv, r.shape))
-    hc = _rec(tr, "h.c", mul_up(eta_p, mV))
+    _rec(tr, "h.c", hc)
     eps_h = _rec(tr, "eps_h", np.where(bad, np.inf, add_up(ha, np.minimum(b1, b2), hc, e_g)))
     # step 7: heads concatenated, one product of length H dv with the stacked W_O
-    hcat = h.transpose(0, 2, 1, 3).reshape(B, Tq, H * dv)
     eps_cat = norm_up(eps_h.transpose(0, 2, 1))
-    n_cat = norm_up(hcat)
-    _finite(ok, n_cat)
-    out = _rec(tr, "a_hat", (hcat.reshape(B * Tq, H * dv) @ lay.wo).reshape(B, Tq, N))
-    return out, _linear(eps_cat, n_cat, (lay.o,), tr, "eps_a")[..., 0], xq, dlt_q
+    _rec(tr, "a_hat", ap.out)
+    eps_a = _linear(eps_cat, ap.n_cat, (lay.o,), tr, "eps_a")[..., 0]
+    return SimpleNamespace(eps_a=eps_a, eps_q=eps_q, eps_k=eps_k, eps_v=eps_v, r=r, eta_p=eta_p, bad=bad,
+                           dlt_q=dlt_q, W=W)
 
 
-def _activate(lay: IntervalLayer, t: np.ndarray, ok: np.ndarray, tr):
-    """Step 10: ``phi_hat(t)`` and the norm bound of its rows' errors against ``phi(t)``."""
+def _activate_program(lay: IntervalLayer, t: np.ndarray, ok: np.ndarray) -> SimpleNamespace:
+    """Step 10's program ``phi_hat(t)``, with the values the radius (``N(t)``, ``max |y|``) and the adjoint
+    (``kept``: Phi_hat for GELU, SIG for SiLU and tanh-GELU) read."""
     act = lay.act
-    F = t.shape[-1]
     nt = norm_up(t)
     _finite(ok, nt)
+    ac = SimpleNamespace(t=t, nt=nt, kept=None, y_inf=None)
     if act.name == "relu":
-        return np.maximum(t, 0.0), _rec(tr, "act", np.zeros_like(nt))
-    tiny = mul_up(up(math.sqrt(F)), act.tau)
-    k1 = _rec(tr, "act.1", mul_up(nt, act.kappa_1))
-    if act.name == "gelu":
+        ac.g = np.maximum(t, 0.0)
+    elif act.name == "gelu":
         finite = np.isfinite(t)
         if not np.abs(np.where(finite, t, 0.0)).max(initial=0.0) <= act.t_max:
             raise CertificationError("a GELU argument exceeds its proven a-priori bound")
-        g = phi(t, act.coeffs)
-        g *= t
-        return g, _rec(tr, "act", add_up(k1, tiny))
-    if act.name == "silu":
-        return silu(t), _rec(tr, "act", add_up(k1, tiny))
-    g, y = gelu_tanh(t)
-    k2 = _rec(tr, "act.2", mul_up(mul_up(nt, np.abs(y).max(axis=-1)), act.kappa_2))
-    return g, _rec(tr, "act", add_up(k1, k2, tiny))
+        ac.kept = phi(t, act.coeffs)
+        ac.g = ac.kept * t
+    elif act.name == "silu":
+        ac.g, ac.kept = silu_parts(t)
+    else:
+        ac.g, y, ac.kept = gelu_tanh_parts(t)
+        ac.y_inf = np.abs(y).max(axis=-1)
+    return ac
 
 
-def _feed_forward(lay: IntervalLayer, y, dy, ok, tr):
-    """Step 11 (plain or gated): the rows before the residual sum and Pi, and their radii."""
+def _activate_radius(lay: IntervalLayer, ac: SimpleNamespace, tr):
+    """Step 10: the norm bound of the rows' errors ``phi_hat(t) - phi(t)``."""
+    act = lay.act
+    if act.name == "relu":
+        return _rec(tr, "act", np.zeros_like(ac.nt))
+    tiny = mul_up(up(math.sqrt(ac.t.shape[-1])), act.tau)
+    k1 = _rec(tr, "act.1", mul_up(ac.nt, act.kappa_1))
+    if ac.y_inf is None:
+        return _rec(tr, "act", add_up(k1, tiny))
+    k2 = _rec(tr, "act.2", mul_up(mul_up(ac.nt, ac.y_inf), act.kappa_2))
+    return _rec(tr, "act", add_up(k1, k2, tiny))
+
+
+def _feed_forward_program(lay: IntervalLayer, y, ok) -> SimpleNamespace:
+    """Step 11's program (plain or gated): the rows before the residual sum and Pi."""
     B, Tq, N = y.shape
     ny = norm_up(y)
     _finite(ok, ny)
     y2 = y.reshape(B * Tq, N)
+    fp = SimpleNamespace(y=y, ny=ny)
     if not lay.gated:
-        (m_in, m_out), (b_in, b_out) = lay.ff, lay.ff_blocks
-        u = _rec(tr, "u_hat", (y2 @ m_in).reshape(B, Tq, -1))
-        e_u = _linear(dy, ny, (b_in,), tr, "eps_u")[..., 0]
-        g, e_act = _activate(lay, u, ok, tr)
+        m_in, m_out = lay.ff
+        fp.u = (y2 @ m_in).reshape(B, Tq, -1)
+        fp.act = _activate_program(lay, fp.u, ok)
+        fp.ng = norm_up(fp.act.g)
+        _finite(ok, fp.ng)
+        fp.z = (fp.act.g.reshape(B * Tq, -1) @ m_out).reshape(B, Tq, N)
+        return fp
+    Gm, Um, Dm = lay.ff
+    fp.u = (y2 @ Gm).reshape(B, Tq, -1)
+    fp.b = (y2 @ Um).reshape(B, Tq, -1)
+    fp.act = _activate_program(lay, fp.u, ok)
+    fp.b_inf = np.abs(fp.b).max(axis=-1)
+    fp.g_inf = np.abs(fp.act.g).max(axis=-1)
+    fp.hid = fp.act.g * fp.b
+    fp.nh = norm_up(fp.hid)
+    _finite(ok, fp.nh)
+    fp.z = (fp.hid.reshape(B * Tq, -1) @ Dm).reshape(B, Tq, N)
+    return fp
+
+
+def _feed_forward_radius(lay: IntervalLayer, fp: SimpleNamespace, dy, tr) -> SimpleNamespace:
+    """Step 11's radius formulas at the incoming row radii ``dy``: ``eps_z`` (before the residual sum)
+    and the intermediate radii (``eps_u``, ``eps_b``, the activation's ``e_act``)."""
+    _rec(tr, "u_hat", fp.u)
+    e_act = _activate_radius(lay, fp.act, tr)
+    if not lay.gated:
+        b_in, b_out = lay.ff_blocks
+        e_u = _linear(dy, fp.ny, (b_in,), tr, "eps_u")[..., 0]
         e_g = _rec(tr, "eps_g", add_up(mul_up(e_u, lay.act.L_phi), e_act))
-        ng = norm_up(_rec(tr, "g_hat", g))
-        _finite(ok, ng)
-        z = (g.reshape(B * Tq, -1) @ m_out).reshape(B, Tq, N)
-        return _rec(tr, "z_hat", z), _linear(e_g, ng, (b_out,), tr, "eps_z")[..., 0]
-    (Gm, Um, Dm), (bG, bU, bD) = lay.ff, lay.ff_blocks
-    a = _rec(tr, "u_hat", (y2 @ Gm).reshape(B, Tq, -1))
-    b = _rec(tr, "b_hat", (y2 @ Um).reshape(B, Tq, -1))
-    e_a = _linear(dy, ny, (bG,), tr, "eps_u")[..., 0]
-    e_b = _linear(dy, ny, (bU,), tr, "eps_b")[..., 0]
-    g, e_act = _activate(lay, a, ok, tr)
-    b_inf = np.abs(b).max(axis=-1)
-    g_inf = np.abs(_rec(tr, "g_hat", g)).max(axis=-1)
-    hid = _rec(tr, "hid_hat", g * b)
-    nh = norm_up(hid)
-    _finite(ok, nh)
-    h1 = _rec(tr, "hid.1", mul_up(add_up(mul_up(e_a, lay.act.L_phi), e_act), add_up(b_inf, e_b)))
-    h2 = _rec(tr, "hid.2", mul_up(g_inf, e_b))
-    h3 = _rec(tr, "hid.3", mul_up(nh, _U1))
+        _rec(tr, "g_hat", fp.act.g)
+        _rec(tr, "z_hat", fp.z)
+        eps_z = _linear(e_g, fp.ng, (b_out,), tr, "eps_z")[..., 0]
+        return SimpleNamespace(eps_z=eps_z, eps_u=e_u, eps_b=None, e_act=e_act)
+    bG, bU, bD = lay.ff_blocks
+    _rec(tr, "b_hat", fp.b)
+    e_a = _linear(dy, fp.ny, (bG,), tr, "eps_u")[..., 0]
+    e_b = _linear(dy, fp.ny, (bU,), tr, "eps_b")[..., 0]
+    _rec(tr, "g_hat", fp.act.g)
+    _rec(tr, "hid_hat", fp.hid)
+    h1 = _rec(tr, "hid.1", mul_up(add_up(mul_up(e_a, lay.act.L_phi), e_act), add_up(fp.b_inf, e_b)))
+    h2 = _rec(tr, "hid.2", mul_up(fp.g_inf, e_b))
+    h3 = _rec(tr, "hid.3", mul_up(fp.nh, _U1))
     e_h = _rec(tr, "eps_hid", add_up(h1, h2, h3, TINY))
-    z = (hid.reshape(B * Tq, -1) @ Dm).reshape(B, Tq, N)
-    return _rec(tr, "z_hat", z), _linear(e_h, nh, (bD,), tr, "eps_z")[..., 0]
+    _rec(tr, "z_hat", fp.z)
+    eps_z = _linear(e_h, fp.nh, (bD,), tr, "eps_z")[..., 0]
+    return SimpleNamespace(eps_z=eps_z, eps_u=e_a, eps_b=e_b, e_act=e_act)
 
 
-def _residual(a, eps_a, m, delta, ok, tr, name):
-    """Step 8: ``fl(a + m)`` and its radius."""
-    s = a + m
-    ns = norm_up(s)
-    _finite(ok, ns)
-    rounding = _rec(tr, name + ".rnd", mul_up(ns, _U1))
-    return s, _rec(tr, name, add_up(eps_a, delta, rounding))
+def attention_stage_radius(net: IntervalNetwork, lay: IntervalLayer, st: SimpleNamespace, delta, tr=None):
+    """The attention stage's radii (steps 2-9) at input row radii ``delta``: a namespace with ``att``
+    (the attention formulas' intermediates), ``pre`` (the radius before Pi) and ``out`` (after Pi)."""
+    att = _attention_radius(net, lay, st.ap, delta, tr)
+    pre = att.eps_a
+    if net.residual:
+        pre = _residual_radius(st.rp1, pre, att.dlt_q, tr, "res1")
+    return SimpleNamespace(att=att, pre=pre, out=_project_radius(st.pp1, pre, net, tr, "pi1"))
+
+
+def ff_stage_radius(net: IntervalNetwork, lay: IntervalLayer, st: SimpleNamespace, dy, tr=None):
+    """The feed-forward stage's radii (steps 10, 11, 8, 9) at input row radii ``dy``."""
+    ff = _feed_forward_radius(lay, st.fp, dy, tr)
+    pre = ff.eps_z
+    if net.residual:
+        pre = _residual_radius(st.rp2, pre, dy, tr, "res2")
+    return SimpleNamespace(ff=ff, pre=pre, out=_project_radius(st.pp2, pre, net, tr, "pi2"))
+
+
+def _layer(net: IntervalNetwork, lay: IntervalLayer, x, delta, nx, last: bool, ok, tr) -> SimpleNamespace:
+    """One layer: programs, then the radii at ``delta``; returns the layer's record (programs and radii)."""
+    st = SimpleNamespace(delta=delta)
+    st.ap = _attention_program(net, lay, x, nx, last, ok)
+    att = st.ap.out
+    if net.residual:
+        st.rp1 = _residual_program(att, st.ap.xq, ok)
+        att = st.rp1.s
+    st.pp1 = _project_program(att, ok)
+    st.fp = _feed_forward_program(lay, st.pp1.y, ok)
+    z = st.fp.z
+    if net.residual:
+        st.rp2 = _residual_program(z, st.pp1.y, ok)
+        z = st.rp2.s
+    st.pp2 = _project_program(z, ok)
+    st.att = attention_stage_radius(net, lay, st, delta, tr)
+    _rec(tr, "y_hat", st.pp1.y)
+    st.ff = ff_stage_radius(net, lay, st, st.att.out, tr)
+    return st
 
 
 def interval_outputs(net: IntervalNetwork, x0: np.ndarray, delta0: np.ndarray, ok: np.ndarray | None = None,
-                     trace: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                     trace: dict | None = None, tape: list | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(f_hat, radius, ok)`` for the projected input rows ``x0`` (B, T, N) with row radii ``delta0``
     (B, T): ``f_hat``, ``radius`` of shape (B, k) with ``|f_hat - f_c(X)| <= radius`` for every sample with
     ``ok`` (the note's claim); ``ok`` False marks samples whose bounds overflowed (not certified).
-    ``trace``: a dict that receives every intermediate and every term, per layer (for the tests)."""
+    ``trace``: a dict that receives every intermediate and every term, per layer (for the tests);
+    ``tape``: a list that receives each layer's record (programs and radii) for the adjoint refinement."""
     B, T, N = x0.shape
     ok = np.ones(B, dtype=bool) if ok is None else ok.copy()
     x, delta = x0, delta0
@@ -331,15 +466,11 @@ def interval_outputs(net: IntervalNetwork, x0: np.ndarray, delta0: np.ndarray, o
         _rec(tr, "x", x)
         _rec(tr, "delta", delta)
         _finite(ok, nx)
-        att, eps, xq, dq = _attention(net, lay, x, delta, nx, l == L - 1, ok, tr)
-        if net.residual:
-            att, eps = _residual(att, eps, xq, dq, ok, tr, "res1")
-        y, dy = _project(att, eps, net, ok, tr, "pi1")
-        _rec(tr, "y_hat", y)
-        z, ez = _feed_forward(lay, y, dy, ok, tr)
-        if net.residual:
-            z, ez = _residual(z, ez, y, dy, ok, tr, "res2")
-        x, delta = _project(z, ez, net, ok, tr, "pi2")
+        st = _layer(net, lay, x, delta, nx, l == L - 1, ok, tr)
+        st.x, st.nx = x, nx
+        if tape is not None:
+            tape.append(st)
+        x, delta = st.pp2.y, st.ff.out
         nx = norm_up(x)
     # the last layer computed only the read-out row; with L = 0 the read-out token is read directly
     tau = x.shape[1] - 1 if (net.causal and L == 0) else 0
@@ -352,6 +483,8 @@ def interval_outputs(net: IntervalNetwork, x0: np.ndarray, delta0: np.ndarray, o
     rounding = _rec(tr, "rnd", mul_up(nr, gamma_up(N)))
     rad = _rec(tr, "rad", add_up(mul_up(add_up(dr, rounding)[:, None], net.readout_norms[None, :]), TINY))
     ok &= np.isfinite(f).all(axis=1) & np.isfinite(rad).all(axis=1)
+    if tape is not None:
+        tape.append(SimpleNamespace(x=xr, delta=dr, nx=nr, rounding=rounding))
     return f, rad, ok
 
 
@@ -363,6 +496,10 @@ class IntervalPass:
     """The per-sample pass prepared for one model (network and constants built once)."""
 
     net: IntervalNetwork
+    refiner: Callable[..., np.ndarray] | None = None
+    """``None``: the per-layer radius only; else called as ``refiner(net, tape, f, radius, ok)`` on each batch
+    and returning radii ``<= radius`` that still enclose (the adjoint refinement of
+    proofs_notes/interval_adjoint.md, set by :func:`specbound.certified.interval_adjoint.refined_pass`)."""
 
     def rows(self, rows: np.ndarray, batch: int = BATCH) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return outputs_of_rows(self, rows, batch)
@@ -376,6 +513,16 @@ def prepare(weights: AnalysisWeights | IntervalNetwork) -> IntervalPass:
     check_float_environment()
     net = weights if isinstance(weights, IntervalNetwork) else IntervalNetwork.from_weights(weights)
     return IntervalPass(net)
+
+
+def _batch(ip: IntervalPass, x0: np.ndarray, delta0: np.ndarray, ok: np.ndarray | None = None):
+    """The pass on one batch, refined when ``ip.refiner`` is set."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if ip.refiner is None:
+            return interval_outputs(ip.net, x0, delta0, ok)
+        tape: list = []
+        f, rad, ok = interval_outputs(ip.net, x0, delta0, ok, tape=tape)
+        return f, ip.refiner(ip.net, tape, f, rad, ok), ok
 
 
 def input_rows(rows: np.ndarray, net: IntervalNetwork) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -400,8 +547,7 @@ def outputs_of_rows(ip: IntervalPass, rows: np.ndarray, batch: int = BATCH):
     f, rad, okall = np.empty((n, k)), np.empty((n, k)), np.empty(n, dtype=bool)
     for a in range(0, n, batch):
         x0, delta0, ok = input_rows(rows[a:a + batch], ip.net)
-        with np.errstate(over="ignore", invalid="ignore"):
-            f[a:a + batch], rad[a:a + batch], okall[a:a + batch] = interval_outputs(ip.net, x0, delta0, ok)
+        f[a:a + batch], rad[a:a + batch], okall[a:a + batch] = _batch(ip, x0, delta0, ok)
     return f, rad, okall
 
 
@@ -423,9 +569,7 @@ def outputs_of_tokens(ip: IntervalPass, E: np.ndarray, P: np.ndarray | None, tok
     f, rad, okall = np.empty((n, k)), np.empty((n, k)), np.empty(n, dtype=bool)
     for a in range(0, n, batch):
         x0 = table[pos, tokens[a:a + batch]]
-        with np.errstate(over="ignore", invalid="ignore"):
-            f[a:a + batch], rad[a:a + batch], okall[a:a + batch] = interval_outputs(
-                ip.net, x0, np.full(x0.shape[:2], d0))
+        f[a:a + batch], rad[a:a + batch], okall[a:a + batch] = _batch(ip, x0, np.full(x0.shape[:2], d0))
     return f, rad, okall
 
 

@@ -7,12 +7,14 @@ proofs_notes/interval_forward.md step 2 covers, two binary64 numbers computed on
 ``rnd >= gamma_n ||W||_F`` (the rounding factor of a product of length n).  Floats never enter these
 constants except as exact inputs.
 
-Public API: :class:`IntervalNetwork`, :class:`IntervalLayer`, :class:`Block`, :func:`projection_constants`.
+Public API: :class:`IntervalNetwork`, :class:`IntervalLayer`, :class:`Block`, :class:`Backward`,
+:func:`projection_constants`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import lru_cache
 
@@ -25,7 +27,9 @@ from specbound.certified.enclosure import enclose_singular_values, fro_upper
 from specbound.certified.factors import InexactScale, float_factors
 from specbound.certified.fast_forward import NotApplicable
 from specbound.certified.norms import spectral_norm_upper
-from specbound.certified.sigmoid import ActivationBounds, activation_bounds
+from specbound.certified.sigmoid import (
+    ActivationBounds, activation_bounds, derivative_error_bound, second_derivative_bound,
+)
 from specbound.errors import CertificationError, LayoutError
 from specbound.matrices import AnalysisWeights
 from specbound.vocabulary import (
@@ -43,17 +47,23 @@ MAX_PHI_ERROR = 2.0**-20
 """GELU layers whose Phi polynomial error E_Phi on the a-priori range exceeds this are refused (the
 Taylor Phi loses accuracy like exp(t_max^2 / 2)); the Arb pass covers them."""
 
+MAX_BACKWARD_FACTOR = 2.0**36
+"""The adjoint refinement is skipped for models with a weight of Frobenius norm or an a-priori activation
+argument above this (interval_adjoint.md step 9: its underflow allowance needs every factor <= 2^40)."""
+
 MAX_PHI_ARGUMENT = 8.0
 """GELU layers with a larger a-priori argument bound are refused outright (E_Phi would be huge)."""
 
 
 @dataclass(frozen=True, eq=False)
 class Block:
-    """One matrix (or a block of columns of one) with ``sigma >= ||W||_2`` and ``rnd >= gamma_n ||W||_F``
-    (``n`` = rows, the length of every dot product through it), as binary64 upper bounds."""
+    """One matrix (or a block of columns of one) with ``sigma >= ||W||_2``, ``rnd >= gamma_n ||W||_F``
+    (``n`` = rows, the length of every dot product through it) and ``fro >= ||W||_F``, as binary64 upper
+    bounds."""
 
     sigma: float
     rnd: float
+    fro: float = math.inf
 
 
 def _block(w: np.ndarray) -> Block:
@@ -62,7 +72,66 @@ def _block(w: np.ndarray) -> Block:
         frob = fro_upper(w)
         spec = spectral_norm_upper(enclose_singular_values(w)) if w.size else arb(0)
         sigma = spec if spec < frob else frob
-        return Block(float_up(sigma), float_up(gamma_arb(w.shape[0]) * frob))
+        return Block(float_up(sigma), float_up(gamma_arb(w.shape[0]) * frob), float_up(frob))
+
+
+@dataclass(frozen=True, eq=False)
+class Backward:
+    """What the backward program of interval_adjoint.md reads of one layer: the transposed (and, for one
+    product, stacked) weights, ``o_fro[h] >= ||W_O^(h)||_F``, the activation's ``L_2 >= sup |phi''|`` and
+    ``e_d`` (the computed derivative's error on the layer's a-priori range), the group sum matrix, and for
+    a plain feed-forward ``ff_K = fl(fl(M_in^T M_in) o fl(M_out M_out^T))`` with ``ff_K_fro >= ||ff_K||_F`` and
+    ``ff_K_err >= ||K - ff_K||_F`` (interval_adjoint.md step 6)."""
+
+    wo_t: np.ndarray
+    wq_t: np.ndarray
+    wkv_t: np.ndarray
+    wqkv_t: np.ndarray
+    ff_t: tuple[np.ndarray, ...]
+    o_fro: tuple[float, ...]
+    L2: float
+    e_d: float
+    group_sum: np.ndarray | None
+    usable: bool
+    ff_K: np.ndarray | None = None
+    ff_K_fro: float = math.inf
+    ff_K_err: float = math.inf
+
+
+def _backward(wq, wk, wv, wo, ff, group, dv: int, act: ActivationBounds) -> Backward:
+    H = group.shape[0]
+    with precision(BOUND_PREC):
+        o_fro = tuple(float_up(fro_upper(wo[h * dv:(h + 1) * dv])) for h in range(H))
+    if len(ff) == 3:  # gated: one product of [ga | gb] with [G U]^T
+        ff_t = (np.ascontiguousarray(ff[2].T), np.ascontiguousarray(np.concatenate([ff[0], ff[1]], axis=1).T))
+    else:
+        ff_t = (np.ascontiguousarray(ff[1].T), np.ascontiguousarray(ff[0].T))
+    G = wk.shape[1] // (wq.shape[1] // H) if H else 0
+    same = G == H and bool((group == np.arange(H)).all())
+    gsum = None if same else (group[:, None] == np.arange(G)[None, :]).astype(np.float64)
+    try:
+        e_d = derivative_error_bound(act.name, act.t_max)
+    except (ValueError, OverflowError):
+        e_d = math.inf  # no refinement (the per-layer radius stays)
+    with precision(BOUND_PREC):
+        fros = [fro_upper(a) for a in (wq, wk, wv, wo, *ff)]
+    # interval_adjoint.md step 9: every factor of the backward's absolute program <= 2^40
+    usable = math.isfinite(e_d) and act.t_max <= MAX_BACKWARD_FACTOR and all(f < MAX_BACKWARD_FACTOR for f in fros)
+    K = kf = ke = None
+    if usable and len(ff) == 2:  # plain: ||M_in diag(d) M_out||_F^2 = d^T K d, K = (M_in^T M_in) o (M_out M_out^T)
+        m_in, m_out = ff
+        K = (m_in.T @ m_in) * (m_out @ m_out.T)  # finite: every entry < 2^144 (factors' norms < 2^36)
+        n = m_in.shape[0]
+        with precision(BOUND_PREC):
+            u, g = pow2(-53), gamma_arb(n)
+            kf = float_up(fro_upper(K))
+            ke = float_up((g + (1 + g) * g + u * (1 + g) ** 2) * (fro_upper(m_in) * fro_upper(m_out)) ** 2)
+    return Backward(
+        ff_K=K, ff_K_fro=math.inf if kf is None else kf, ff_K_err=math.inf if ke is None else ke,
+        wo_t=np.ascontiguousarray(wo.T), wq_t=np.ascontiguousarray(wq.T),
+        wkv_t=np.ascontiguousarray(np.concatenate([wk, wv], axis=1).T),
+        wqkv_t=np.ascontiguousarray(np.concatenate([wq, wk, wv], axis=1).T),
+        ff_t=ff_t, o_fro=o_fro, L2=second_derivative_bound(act.name), e_d=e_d, group_sum=gsum, usable=usable)
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,6 +155,7 @@ class IntervalLayer:
     act: ActivationBounds
     dq: int
     dv: int
+    back: Backward | None = field(default=None)
 
     @property
     def num_heads(self) -> int:
@@ -207,14 +277,16 @@ def _layer(weights: AnalysisWeights, l: int, ls: bool, r_pi: float) -> IntervalL
         raise LayoutError("weights contain NaN or Inf")
     if max(max(a.shape) for a in arrays) >= MAX_DIM or wo.shape[0] >= MAX_DIM:
         raise NotApplicable("a dimension exceeds the float error model's range")
+    wq_s = np.ascontiguousarray(np.concatenate(q, axis=1))
+    wk_s = np.ascontiguousarray(np.concatenate(k, axis=1))
+    wv_s = np.ascontiguousarray(np.concatenate(v, axis=1))
+    grp = np.asarray(group, dtype=np.int64)
+    act = _activation(weights.activation, ff[0], N, r_pi)
     return IntervalLayer(
-        wq=np.ascontiguousarray(np.concatenate(q, axis=1)),
-        wk=np.ascontiguousarray(np.concatenate(k, axis=1)),
-        wv=np.ascontiguousarray(np.concatenate(v, axis=1)),
-        wo=wo, group=np.asarray(group, dtype=np.int64),
+        wq=wq_s, wk=wk_s, wv=wv_s, wo=wo, group=grp,
         q=tuple(_block(a) for a in q), k=tuple(_block(a) for a in k), v=tuple(_block(a) for a in v),
         o=_block(wo), ff=tuple(np.ascontiguousarray(a) for a in ff), ff_blocks=tuple(_block(a) for a in ff),
-        act=_activation(weights.activation, ff[0], N, r_pi), dq=dq, dv=dv)
+        act=act, dq=dq, dv=dv, back=_backward(wq_s, wk_s, wv_s, wo, ff, grp, dv, act))
 
 
 @dataclass(frozen=True, eq=False)
@@ -235,6 +307,12 @@ class IntervalNetwork:
     rho_R: float
     e_pi: float
     r_pi: float
+
+    @property
+    def c_pi(self) -> float:
+        """``c_Pi = 4 e_Pi + tau >= ||D Pi(a_hat) - J_Pi||`` (interval_adjoint.md step 4.2), rounded up."""
+        with precision(BOUND_PREC):
+            return float_up(4 * arb(self.e_pi) + pow2(-1000))
 
     @property
     def num_layers(self) -> int:
@@ -279,4 +357,4 @@ class IntervalNetwork:
                    ls, cos, sin, rho, e_pi, r_pi)
 
 
-__all__ = ("Block", "IntervalLayer", "IntervalNetwork", "projection_constants")
+__all__ = ("Backward", "Block", "IntervalLayer", "IntervalNetwork", "projection_constants")

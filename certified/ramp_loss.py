@@ -34,6 +34,7 @@ from specbound.certified.forward_ls import certified_outputs, network_for
 from specbound.certified.arb import float_lower, float_upper
 from specbound.certified.interval_forward import output_enclosures
 from specbound.certified.interval_forward import prepare as interval_prepare
+from specbound.certified.interval_adjoint import refined_pass
 from specbound.certified.margins import (
     MarginEnclosures, errors_lower, exact_float_sum, from_center_radius, from_output_enclosures, margin_ball,
     max_radius, ramp_loss_sums, undecided,
@@ -318,6 +319,12 @@ APRIORI_RELATIVE_LIMIT = 1e-3
 of the order of ||w||); a larger epsilon would leave most samples undecided, so the per-sample pass
 runs on every sample instead.  A choice of speed only: both passes are certified."""
 
+STRADDLER_REFINE = 0.0
+"""The samples a first pass leaves near a breakpoint are redone by the per-sample pass with the adjoint
+refinement (proofs_notes/interval_adjoint.md) run as far as it helps (goal 0), before any goes to Arb.  It
+is not on for every sample: on the L4 N64 residual model it costs about 2.7x the per-layer pass, past the
+3x-a-float-forward budget, and margins far from every breakpoint gain nothing from it (README, (e))."""
+
 
 @dataclass(frozen=True, eq=False)
 class FastPass:
@@ -329,7 +336,8 @@ class FastPass:
 
     Computed once per certify run: its signed margins choose the margin rho (floats only choose) and
     the same outputs certify the ramp loss at the chosen rho.  ``refine(indices)`` runs the per-sample
-    pass on some samples (None when it does not cover the model)."""
+    pass with the adjoint refinement (proofs_notes/interval_adjoint.md) on some samples, those the first
+    pass leaves near a breakpoint (None when it does not cover the model)."""
 
     f: np.ndarray
     epsilon: arb | None = None
@@ -372,16 +380,17 @@ def float_margins_k(f: np.ndarray, labels: np.ndarray) -> np.ndarray:
         return f[rows, y] - others.max(axis=1)
 
 
-def _interval_runner(weights, data: DataSet, embedding, table=None, lazy: bool = False):
+def _interval_runner(weights, data: DataSet, embedding, table=None, lazy: bool = False, refine: float | None = None):
     """``indices -> (lower, upper)`` of the outputs by the per-sample pass (shape (m,) for one read-out
     vector, (m, k) for k rows); NotApplicable if it does not
     cover the model (when ``lazy``, raised by the first call, which also prepares the network).
-    ``table``: the token table of all of ``data`` (:func:`~specbound.certified.fast_forward.token_table`)."""
+    ``table``: the token table of all of ``data`` (:func:`~specbound.certified.fast_forward.token_table`);
+    ``refine``: the adjoint refinement's relative width goal (:func:`~specbound.certified.interval_adjoint.refined_pass`; None: off)."""
     state: dict = {}
 
     def prepared():
         if "ip" not in state:
-            state["ip"] = interval_prepare(weights)
+            state["ip"] = interval_prepare(weights) if refine is None else refined_pass(weights, refine)
         return state["ip"]
 
     def run(idx):
@@ -422,7 +431,7 @@ def fast_pass(weights: AnalysisWeights, data: DataSet, embedding=None, method: s
         except NotApplicable:
             fast = None
     if fast is not None and fast.epsilon <= APRIORI_RELATIVE_LIMIT * float(np.linalg.norm(fast.net.readout)):
-        refine = _interval_runner(weights, data, embedding, table, lazy=True)
+        refine = _interval_runner(weights, data, embedding, table, lazy=True, refine=STRADDLER_REFINE)
     else:
         try:
             refine = _interval_runner(weights, data, embedding, table)
@@ -434,7 +443,8 @@ def fast_pass(weights: AnalysisWeights, data: DataSet, embedding=None, method: s
             lo, hi = refine(np.arange(int(data.labels.shape[0])))
             with np.errstate(invalid="ignore", over="ignore"):
                 f = np.where(np.isfinite(lo) & np.isfinite(hi), lo / 2 + hi / 2, np.nan)
-            return FastPass(f, None, lo, hi)
+            refined = _interval_runner(weights, data, embedding, table, lazy=True, refine=STRADDLER_REFINE)
+            return FastPass(f, None, lo, hi, refine=refined)
     f = (margins_of_rows(fast, data.inputs) if data.inputs is not None
          else margins_of_tokens(fast, rows, np.asarray(data.tokens)))
     return FastPass(f, fast.epsilon, refine=refine)
@@ -455,13 +465,14 @@ def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began,
     m = fast.enclosures(data)
     refined = 0
     idx = m.straddling(thresholds)
-    if idx.size and fast.lower is None and fast.refine is not None:
+    if idx.size and fast.refine is not None:
         try:
             lo, hi = fast.refine(idx)
         except NotApplicable:
             pass  # the per-sample pass does not cover this model: Arb decides these samples
         else:
-            m = m.refined(idx, *_signed(lo, hi, np.asarray(data.labels)[idx]), "interval")
+            sharper = from_output_enclosures(lo, hi, np.asarray(data.labels)[idx], "interval")  # 1 or k rows
+            m = m.refined(idx, sharper.lower, sharper.upper, "interval")
             refined = int(idx.size)
             idx = m.straddling(thresholds)
     redo_idx = idx.tolist()
@@ -507,12 +518,6 @@ def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began,
         redone=len(redo_idx),
         interval=refined if fast.lower is None else n,
     )
-
-
-def _signed(lo: np.ndarray, hi: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Margin endpoints ``y f`` from output endpoints (exact negation for y = -1)."""
-    neg = labels < 0
-    return np.where(neg, -hi, lo), np.where(neg, -lo, hi)
 
 
 __all__: Sequence[str] = (

@@ -89,20 +89,22 @@ def routes_for(requested, fast) -> tuple[str, ...]:
 
 def occam_margins(fast, data, gamma) -> MarginEnclosures:
     """Certified margin enclosures of the sample for the Occam count at ``gamma`` (an Arb ball): the
-    pass's enclosures, with the samples whose enclosure contains gamma redone by the per-sample pass when
-    the a-priori pass ran (two certified enclosures of one margin: their intersection is one).  Samples
-    still undecided count in K^ (condition C4)."""
+    pass's enclosures, with the samples whose enclosure contains gamma redone by the per-sample pass with
+    the adjoint refinement (:data:`~specbound.certified.ramp_loss.STRADDLER_REFINE`; two certified
+    enclosures of one margin: their intersection is one).  Samples still undecided count in K^ (condition C4)."""
     from specbound.certified.arb import float_lower, float_upper
 
     m = fast.enclosures(data)
     idx = m.straddling((float_lower(gamma), float_upper(gamma)))
-    if idx.size and fast.lower is None and fast.refine is not None:
+    if idx.size and fast.refine is not None:
         try:
             lo, hi = fast.refine(idx)
         except NotApplicable:
             return m
-        neg = np.asarray(data.labels)[idx] < 0  # the a-priori pass: one read-out vector, labels +-1
-        m = m.refined(idx, np.where(neg, -hi, lo), np.where(neg, -lo, hi), "interval")
+        from specbound.certified.margins import from_output_enclosures
+
+        sharper = from_output_enclosures(lo, hi, np.asarray(data.labels)[idx], "interval")  # 1 or k rows
+        m = m.refined(idx, sharper.lower, sharper.upper, "interval")
     return m
 
 

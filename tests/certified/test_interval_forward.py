@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from specbound.certified.fast_forward import NotApplicable, prepare_rows
 from specbound.certified.forward_ls import certified_forward
+from specbound.certified.interval_adjoint import refined_pass
 from specbound.certified.interval_forward import output_enclosures, prepare
 from specbound.certified.margins import count_upper, from_output_enclosures, undecided
 from specbound.certified.ramp_loss import certified_ramp_loss, fast_pass
@@ -220,10 +221,29 @@ def test_the_fast_route_uses_the_per_sample_pass_where_the_a_priori_epsilon_is_t
     assert fp.method == "interval"
     rho = float(np.median(np.abs(fp.margins(data)))) + 1e-3
     cert = certified_ramp_loss(w, data, rho, fast=fp)
-    # only the samples whose own enclosure contains 0 or rho go to Arb
+    # only the samples whose own enclosure (refined by the adjoint pass) contains 0 or rho go to Arb
     assert cert.forward == "fast" and cert.interval == 6
-    assert cert.redone == len(fp.enclosures(data).straddling([0.0, rho]))
+    assert cert.redone <= len(fp.enclosures(data).straddling([0.0, rho]))
     assert cert.epsilon < 1e-6 * eps
+    assert _encloses(cert, _exact_loss(w, X, y, rho))
+
+
+def test_the_route_decides_per_layer_straddlers_by_the_adjoint_refinement_before_arb():
+    rng = np.random.default_rng(14)
+    w = random_weights(rng, variant="residual", activation="relu", L=5, H=2, N=6, d=2, F=4, qk=3.0, T=4)
+    X, y = rng.standard_normal((6, 4, 6)), np.array([1, -1, 1, -1, 1, 1])
+    data = dataset_from_arrays(y, inputs=X)
+    fp = fast_pass(w, data)
+    assert fp.method == "interval" and fp.refine is not None
+    g = fp.margins(data)
+    radius = (fp.upper - fp.lower) / 2
+    _, refined, _ = refined_pass(w, 0.0).rows(X)
+    i = int(np.argmax(np.where(g > 0, radius, -1)))
+    assert g[i] > 0 and refined[i, 0] < radius[i] / 4  # the refinement decides what the per-layer radius cannot
+    rho = float(g[i] + radius[i] / 2)
+    assert i in fp.enclosures(data).straddling([0.0, rho])
+    cert = certified_ramp_loss(w, data, rho, fast=fp)
+    assert cert.redone < len(fp.enclosures(data).straddling([0.0, rho]))
     assert _encloses(cert, _exact_loss(w, X, y, rho))
 
 

@@ -120,3 +120,23 @@ def test_two_classes_through_the_k_class_route_bound_the_binary_route_on_w1_minu
     assert exact_value(kb.upper) >= exact_value(bb.upper)
     # and against the binary model's own plan (the planner's float choices; both bounds are valid)
     assert exact_value(kb.upper) >= exact_value(own_plan.bound.upper)
+
+
+def test_samples_near_a_threshold_are_refined_as_k_class_margins(three_class):
+    # The refined per-sample pass returns k output enclosures; the samples it sharpens must get the
+    # k-class margin f_y - max_{c != y} f_c (not the binary y f), or the count and ramp loss change.
+    from specbound.certified.ramp_loss import fast_pass, float_margins_k
+    from specbound.data_source import as_dataset
+    from specbound.pipeline import occam_margins
+    from flint import arb
+
+    model, tokens, labels = three_class
+    weights = specbound.load_weights(model)
+    data = as_dataset((tokens, labels))
+    fast = fast_pass(weights, data, method="interval")
+    assert fast.refine is not None
+    f = float_margins_k(fast.f.reshape(len(labels), -1), labels)
+    gamma = arb(float(np.median(f)))  # a threshold inside many enclosures' neighbourhoods
+    m = occam_margins(fast, data, gamma)
+    assert m.lower.shape == (len(labels),)
+    assert np.all(m.lower <= f + 1e-9) and np.all(f - 1e-9 <= m.upper)
