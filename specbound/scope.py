@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 
 from .verdict import NOT_PROVEN, Verdict, is_vacuous, proven_in  # noqa: F401  (is_vacuous: still imported from here by specbound.experiments)
 from .vocabulary import (
+    ANALYSIS_LAYOUT,
     EMPIRICAL_DATA,
     EMPIRICAL_TASK,
     EMPIRICAL_TRAIN,
@@ -188,3 +189,27 @@ def scope_summary(block: dict) -> str:
     return (f"the analysis model of {block['bound_for'].removeprefix('the analysis model of ')}; "
             f"S: {block['sample']}; empirical term: {block['empirical']}"
             + (f"; {assumptions} ASSUMPTION{'S' if assumptions > 1 else ''} (listed below)" if assumptions else ""))
+
+
+# ------------------------------------------------------------------------------------------------
+# pretrained checkpoints: what a certified number of theirs is (and is not), in one short paragraph
+
+OWN_MODELS_POINTER = 'README, "What the certified number is about"'
+"""Where a user learns to train a model whose own network is the analysis model."""
+
+
+def is_foreign(layout: str) -> bool:
+    """Whether a checkpoint of this adapter layout is someone else's network (BERT, GPT-2, Llama,
+    Gemma, ...) rather than the project's own analysis-model format."""
+    return layout != ANALYSIS_LAYOUT
+
+
+def pretrained_note(layout: str, subject: str = "this number") -> list[str]:
+    """For a foreign checkpoint (:func:`is_foreign`): what ``subject`` is, one sentence a line
+    (``certify`` and ``inspect`` print it); for the project's own format, nothing."""
+    if not is_foreign(layout):
+        return []
+    return [f"what {subject} is: a certified statement about the ANALYSIS MODEL built from this checkpoint's "
+            "matrices (see the scope), NOT a bound on the checkpoint's own network, head or task.",
+            "For a bound on a network itself, train it in the analysis model's family and certify it on its "
+            f"training sample ({OWN_MODELS_POINTER})."]
