@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass
 
 from .verdict import NOT_PROVEN, Verdict, is_vacuous, proven_in  # noqa: F401  (is_vacuous: still imported from here by specbound.experiments)
 from .vocabulary import (
-    ANALYSIS_LAYOUT,
     EMPIRICAL_DATA,
     EMPIRICAL_TASK,
     EMPIRICAL_TRAIN,
@@ -194,22 +193,17 @@ def scope_summary(block: dict) -> str:
 # ------------------------------------------------------------------------------------------------
 # pretrained checkpoints: what a certified number of theirs is (and is not), in one short paragraph
 
-OWN_MODELS_POINTER = 'README, "What the certified number is about"'
+OWN_MODELS_POINTER = "docs/own_models.md: a model built with specbound.nn"
 """Where a user learns to train a model whose own network is the analysis model."""
 
 
-def is_foreign(layout: str) -> bool:
-    """Whether a checkpoint of this adapter layout is someone else's network (BERT, GPT-2, Llama,
-    Gemma, ...) rather than the project's own analysis-model format."""
-    return layout != ANALYSIS_LAYOUT
-
-
-def pretrained_note(layout: str, subject: str = "this number") -> list[str]:
-    """For a foreign checkpoint (:func:`is_foreign`): what ``subject`` is, one sentence a line
-    (``certify`` and ``inspect`` print it); for the project's own format, nothing."""
-    if not is_foreign(layout):
+def pretrained_note(own_network: bool, subject: str = "this number") -> list[str]:
+    """For a checkpoint whose network is not an analysis model (a pretrained BERT, GPT-2, Gemma, ...:
+    :attr:`ModelScope.own_network` False): what ``subject`` is, one sentence a line (``certify`` and
+    ``inspect`` print it); for a model that is its own analysis model, nothing."""
+    if own_network:
         return []
     return [f"what {subject} is: a certified statement about the ANALYSIS MODEL built from this checkpoint's "
             "matrices (see the scope), NOT a bound on the checkpoint's own network, head or task.",
-            "For a bound on a network itself, train it in the analysis model's family and certify it on its "
+            "For a bound on a network itself, train a model of the analysis family and certify it on its "
             f"training sample ({OWN_MODELS_POINTER})."]

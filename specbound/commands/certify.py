@@ -184,7 +184,7 @@ def print_result(result: Certification, detail: str = DEFAULT, explain: bool = F
     say(f"checkpoint: {result.checkpoint['path']}  (sha256 {result.checkpoint['sha256'][:16]}...)")
     for line in scope_lines(result.scope):
         say(line)
-    for line in pretrained_note(result.weights.layout):
+    for line in pretrained_note(bool(result.weights.scope and result.weights.scope.own_network)):
         say(line)
     if detail != QUIET:
         st = b.settings

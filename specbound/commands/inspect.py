@@ -46,6 +46,6 @@ def run(args: argparse.Namespace) -> int:
     out.write(f"scope       {report.statement}\n")
     from specbound.scope import pretrained_note
 
-    for line in pretrained_note(report.layout, "a certified number of this checkpoint"):
+    for line in pretrained_note(report.scope.get("own_network") is True, "a certified number of this checkpoint"):
         out.write(line + "\n")
     return 0

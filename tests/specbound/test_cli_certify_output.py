@@ -180,7 +180,7 @@ def test_certify_and_inspect_say_what_a_pretrained_checkpoints_number_is(capsys,
         note = [line for line in out.splitlines() if line.startswith("what ")]
         assert code == 0 and len(note) == 1, argv
         assert "ANALYSIS MODEL" in note[0] and "NOT a bound on the checkpoint's own network" in note[0]
-        assert 'README, "What the certified number is about"' in out
+        assert "docs/own_models.md" in out
 
 
 def test_the_projects_own_model_gets_no_pretrained_word(capsys):
@@ -191,15 +191,15 @@ def test_the_projects_own_model_gets_no_pretrained_word(capsys):
         assert code == 0 and "ANALYSIS MODEL" not in out, argv
 
 
-def test_the_readme_points_where_the_pretrained_word_says():
+def test_the_pretrained_word_points_to_a_document_that_exists():
     from pathlib import Path
 
     from specbound.scope import OWN_MODELS_POINTER
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = OWN_MODELS_POINTER.split('"')[1]
-    assert f"## {section}" in readme
-    assert "For a bound on a network itself" in readme.split(f"## {section}", 1)[1]
+    root = Path(__file__).resolve().parents[2]
+    doc = root / OWN_MODELS_POINTER.split(":")[0]
+    assert doc.is_file() and "specbound.nn" in doc.read_text(encoding="utf-8")
+    assert "specbound.nn" in OWN_MODELS_POINTER
 
 
 # ------------------------------------------------------------------------- the real MiniLM-L6
