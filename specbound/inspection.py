@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .adapters import detect
+from .adapters.heads import head_kind
 from .checkpoint import CheckpointSource, open_checkpoint
 from .vocabulary import CAPABILITY_CERTIFY, VIEW_ANALYSIS
 
@@ -22,9 +23,9 @@ _IGNORED: tuple[tuple[tuple[str, ...], str], ...] = (
     (("norm", "ln_", "layernorm", "layer_norm"), "normalisation (replaced by projection onto the unit ball)"),
     (("embed", "wte.", "wpe.", "token_embd", "shared.", "cls_token", "position_embeddings"),
      "embedding (a fixed input, not covered)"),
-    (("pooler", "classifier", "lm_head", "score.", "qa_outputs"), "pooler or task head (not covered)"),
-    (("decoder.",), "decoder stack (not read)"),
 )
+_AFTER: tuple[tuple[tuple[str, ...], str], ...] = ((("decoder.",), "decoder stack (not read)"),)
+HEAD_REASON = "pooler or task head (not used by the analysis model: see the scope's read-out)"
 
 
 def ignored_reason(name: str) -> str:
@@ -35,8 +36,11 @@ def ignored_reason(name: str) -> str:
     for needles, reason in _IGNORED:
         if any(n in low for n in needles):
             return reason
-    if low in ("output.weight",):
-        return "pooler or task head (not covered)"
+    if head_kind(name) is not None:  # one name test with the scope's read-out (adapters.heads)
+        return HEAD_REASON
+    for needles, reason in _AFTER:
+        if any(n in low for n in needles):
+            return reason
     return "not a covered matrix of this layout"
 
 

@@ -188,3 +188,22 @@ def scope_summary(block: dict) -> str:
     return (f"the analysis model of {block['bound_for'].removeprefix('the analysis model of ')}; "
             f"S: {block['sample']}; empirical term: {block['empirical']}"
             + (f"; {assumptions} ASSUMPTION{'S' if assumptions > 1 else ''} (listed below)" if assumptions else ""))
+
+
+# ------------------------------------------------------------------------------------------------
+# pretrained checkpoints: what a certified number of theirs is (and is not), in one short paragraph
+
+OWN_MODELS_POINTER = "docs/own_models.md: a model built with specbound.nn"
+"""Where a user learns to train a model whose own network is the analysis model."""
+
+
+def pretrained_note(own_network: bool, subject: str = "this number") -> list[str]:
+    """For a checkpoint whose network is not an analysis model (a pretrained BERT, GPT-2, Gemma, ...:
+    :attr:`ModelScope.own_network` False): what ``subject`` is, one sentence a line (``certify`` and
+    ``inspect`` print it); for a model that is its own analysis model, nothing."""
+    if own_network:
+        return []
+    return [f"what {subject} is: a certified statement about the ANALYSIS MODEL built from this checkpoint's "
+            "matrices (see the scope), NOT a bound on the checkpoint's own network, head or task.",
+            "For a bound on a network itself, train a model of the analysis family and certify it on its "
+            f"training sample ({OWN_MODELS_POINTER})."]

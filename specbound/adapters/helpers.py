@@ -582,7 +582,15 @@ def read_layer(reads: Reads, table: NameTable, prefix: str, layer: int, facts: F
 def finish(ckpt, spec: AdapterSpec, facts: Facts, layers: list[LayerParts], *, view: str,
            ls: bool, activation: str, scope: ModelScope, reads: Reads, config: Config,
            extra: dict | None = None) -> AnalysisWeights:
-    """The :class:`AnalysisWeights` of one adaptation (matrices of ``view``, provenance, scope)."""
+    """The :class:`AnalysisWeights` of one adaptation (matrices of ``view``, provenance, scope).
+    The scope's read-out says what head the checkpoint has besides what the analysis model uses
+    (:func:`specbound.adapters.heads.readout_statement`)."""
+    from dataclasses import replace
+
+    from .heads import head_architecture, head_tensors, readout_statement
+
+    heads = head_tensors(ckpt.names(), reads.used, ckpt.shape)
+    scope = replace(scope, readout=readout_statement(scope.readout, heads, head_architecture(config.data)))
     matrices: list[NamedMatrix] = []
     for l, parts in enumerate(layers):
         matrices += assemble(l, parts, view, ls)

@@ -1,12 +1,16 @@
 """``specbound certify [CHECKPOINT]``: the certified bound of a checkpoint (default: the embedded model).
 
 Parses the options, calls :func:`specbound.api.certify` and renders its :class:`Certification`: the
-verdict's headline (the bound, an upper endpoint of an Arb ball, with every qualification; the smaller
-of the two routes when both are evaluated, each at delta/2), both routes' parts (Occam: margin gamma,
-certified count K^, entropy H, Lambda, mass C; Rademacher: empirical term with its source, complexity
-term 2 min(SS, DD), confidence term) and a per-matrix table with each matrix's share of the Occam
-entropy H.  Without data and without ``--empirical-loss`` for a checkpoint with no recorded task (e.g.
-BERT) only the certified complexity + confidence part is printed, headed as NOT a bound.
+verdict's headline first (the bound, an upper endpoint of an Arb ball, with every qualification; the
+smaller of the two routes when both are evaluated, each at delta/2), both routes' parts (Occam: margin
+gamma, certified count K^, entropy H, Lambda, mass C; Rademacher: empirical term with its source,
+complexity term 2 min(SS, DD), confidence term), the scope (and, for a foreign checkpoint, what its
+number is), the settings, a per-matrix table with each matrix's share of the Occam entropy H (one row
+per matrix kind for a model with more than :data:`ROWS_IN_FULL` matrices), and the headline again.
+``--quiet`` keeps the headline and the scope, ``--verbose`` one row per matrix and the legend
+(:mod:`specbound.legend`, also ``--explain``); ``--json`` is the certificate, unchanged.  Without data
+and without ``--empirical-loss`` for a checkpoint with no recorded task (e.g. BERT) only the certified
+complexity + confidence part is printed, headed as NOT a bound.
 """
 
 from __future__ import annotations
@@ -56,6 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "is dropped; the bound is invalid if w was fitted on S)")
     parser.add_argument("--out", default=None, metavar="CERT.json", help="write the certificate JSON")
     parser.add_argument("--json", action="store_true", help="print the certificate JSON instead of tables")
+    detail = parser.add_mutually_exclusive_group()
+    detail.add_argument("--quiet", action="store_true",
+                        help="print only the headline (first and last) and the scope")
+    detail.add_argument("--verbose", action="store_true",
+                        help=f"print one row per matrix (by default a model with more than {ROWS_IN_FULL} "
+                             "matrices gets one row per matrix kind) and the legend")
+    parser.add_argument("--explain", action="store_true",
+                        help="also print what SS, DD, Lambda, rho~, gamma~, K^, H, C, grid m and p mean")
     parser.add_argument("--report", default=None, metavar="DIR",
                         help="write spectral_decay.png (certified singular values to each matrix's proven "
                              "rank) and contributions_by_layer.png into DIR")
@@ -141,41 +153,100 @@ def _source_line(result) -> str:
     return "missing"
 
 
-def print_result(result: Certification) -> None:
-    """The certificate as tables: the scope, the settings, the verdict's headline, the parts and
-    one row per matrix."""
-    from rich.markup import escape
-    from rich.table import Table
+QUIET, DEFAULT, VERBOSE = "quiet", "default", "verbose"
+"""How much ``certify`` prints: the headline and the scope; plus the parts, settings and a per-matrix
+summary; plus one row per matrix and the legend."""
 
+ROWS_IN_FULL = 24
+"""At most this many covered matrices get one row each by default; a larger model gets one row per
+matrix kind (``--verbose``: one row per matrix)."""
+
+
+def print_result(result: Certification, detail: str = DEFAULT, explain: bool = False,
+                 before_last: tuple[str, ...] = ()) -> None:
+    """The certificate as text: the verdict's headline first (and again last), the routes' parts,
+    the scope, the settings, a per-matrix table (one row per kind for a large model unless
+    ``detail`` is VERBOSE) and the time; ``detail`` QUIET keeps the headline and the scope only.
+    ``before_last``: lines printed just before the repeated headline (e.g. the cross-check's summary).
+    Text lines are never wrapped (a terminal wraps them itself; a file or pipe gets whole lines)."""
     from specbound.commands.proxies import console
-    from specbound.scope import scope_lines
+    from specbound.scope import pretrained_note, scope_lines
 
     b = result.bound
     out = console()
-    st = b.settings
-    out.print(f"checkpoint: {result.checkpoint['path']}  (sha256 {result.checkpoint['sha256'][:16]}...)")
+    say = _sayer(out)
+    headline = _headline(result)
+    say(headline, bold=True)
+    if detail != QUIET:
+        if b.bound is None:
+            say("no empirical term (no data, no task, no --empirical-loss): this is NOT a bound")
+        _print_parts(say, result)
+    say(f"checkpoint: {result.checkpoint['path']}  (sha256 {result.checkpoint['sha256'][:16]}...)")
     for line in scope_lines(result.scope):
-        out.print(escape(line))
-    charged = f" (applied at delta / K = {st.charged_delta()}: K = {st.tries} tries)" if st.tries > 1 else ""
-    out.print(f"n = {st.n}, delta = {b.delta}{charged}, margin rho~ = {_up(b.rho)} (beta_rho^{b.k_rho}), "
-              f"read-out {b.readout}, grid m = {b.m}")
-    for note in b.notes.values():
-        out.print(f"note: {note}")
-    if b.bound is None:
-        out.print("no empirical term (no data, no task, no --empirical-loss): this is NOT a bound")
+        say(line)
+    for line in pretrained_note(bool(result.weights.scope and result.weights.scope.own_network)):
+        say(line)
+    if detail != QUIET:
+        st = b.settings
+        charged = f" (applied at delta / K = {st.charged_delta()}: K = {st.tries} tries)" if st.tries > 1 else ""
+        say(f"n = {st.n}, delta = {b.delta}{charged}, margin rho~ = {_up(b.rho)} (beta_rho^{b.k_rho}), "
+            f"read-out {b.readout}, grid m = {b.m}")
+        for note in b.notes.values():
+            say(f"note: {note}")
+        full = detail == VERBOSE or len(b.matrices) <= ROWS_IN_FULL
+        out.print(_matrix_table(b) if full else _kind_table(b))
+        if not full:
+            say(f"{len(b.matrices)} matrices, one row per kind; --verbose prints one row per matrix")
+        sec = result.seconds
+        say("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in sec.items()))
+    if explain or detail == VERBOSE:
+        from specbound.legend import legend_lines
+
+        for line in legend_lines():
+            say(line)
+    elif detail != QUIET:
+        say("--explain: what SS, DD, Lambda, rho~, gamma~, K^, H, C, grid m and p mean")
+    for line in before_last:
+        say(line)
+    say(headline, bold=True)
+
+
+def _sayer(out):
+    """One text line on ``out``: markup escaped, never wrapped (``soft_wrap``)."""
+    from rich.markup import escape
+
+    def say(text: str, bold: bool = False) -> None:
+        text = escape(text)
+        out.print(f"[bold]{text}[/bold]" if bold else text, soft_wrap=True)
+
+    return say
+
+
+def _headline(result) -> str:
+    b = result.bound
     two = len(b.routes) > 1
-    out.print(f"[bold]{escape(result.verdict.headline)}[/bold]"
-              + (f"  (route: {b.route}; each route at {st.level_phrase()}, the smaller is reported)"
-                 if two and b.route else ""))
+    return result.verdict.headline + (f"  (route: {b.route}; each route at {b.settings.level_phrase()}, the "
+                                      "smaller is reported)" if two and b.route else "")
+
+
+def _print_parts(say, result) -> None:
+    """Both routes' parts: the Occam route's, then the Rademacher route's."""
+    b = result.bound
     if b.occam is not None:
-        _print_occam(out, b)
-    if two:
+        _print_occam(say, b)
+    if len(b.routes) > 1:
         rad = "no bound (no empirical term)" if b.rademacher is None else _up(b.rademacher)
-        out.print(f"  Rademacher route ({b.settings.level_phrase()} = {b.settings.route_level()}): {rad}")
+        say(f"  Rademacher route ({b.settings.level_phrase()} = {b.settings.route_level()}): {rad}")
     if b.empirical is not None:
-        out.print(f"  empirical ramp loss  {_up(b.empirical)}   ({_source_line(result)})")
-    out.print(f"  complexity 2min(SS,DD) {_up(b.complexity)}   (SS = {_up(b.SS)}, DD = {_up(b.DD)})")
-    out.print(f"  confidence             {_up(b.confidence)}   (Lambda = {_up(b.Lambda)})")
+        say(f"  empirical ramp loss  {_up(b.empirical)}   ({_source_line(result)})")
+    say(f"  complexity 2min(SS,DD) {_up(b.complexity)}   (SS = {_up(b.SS)}, DD = {_up(b.DD)})")
+    say(f"  confidence             {_up(b.confidence)}   (Lambda = {_up(b.Lambda)})")
+
+
+def _matrix_table(b):
+    """One row per covered matrix (and the read-out's Occam entropy)."""
+    from rich.table import Table
+
     table = Table(title="per-matrix (certified upper endpoints)")
     columns = ["kind", "layer", "head", "spectral norm", "p", "proven rank", "contribution"]
     if b.occam is not None:
@@ -192,9 +263,53 @@ def print_result(result: Certification) -> None:
     if b.occam is not None and b.occam.entropy_w is not None:
         table.add_row("read-out", "-", "-", _up(b.readout_norm), "-", "-", "-", "-", _up(b.occam.entropy_w),
                       _share(b.occam.entropy_w, b.occam.H))
-    out.print(table)
-    sec = result.seconds
-    out.print("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in sec.items()))
+    return table
+
+
+def _kind_table(b):
+    """One row per matrix kind: how many, in which layers, the largest spectral norm and proven rank,
+    the range of p, the sum of the contributions (and of the Occam entropies H_j), each a certified
+    upper endpoint (an Arb sum; the largest upper endpoint)."""
+    from rich.table import Table
+
+    from specbound.certified.arb import sum_arb
+
+    table = Table(title="per matrix kind (certified upper endpoints: max or sum over the kind)")
+    columns = ["kind", "matrices", "layers", "spectral norm (max)", "p", "proven rank (max)", "contribution (sum)"]
+    if b.occam is not None:
+        columns += ["p (Occam)", "H_j (sum)", "share of H"]
+    for col in columns:
+        table.add_column(col, justify="left" if col == "kind" else "right")
+    occ = b.occam.matrices if b.occam is not None else [None] * len(b.matrices)
+    kinds: dict[str, list] = {}
+    for r, o in zip(b.matrices, occ):
+        kinds.setdefault(r.kind, []).append((r, o))
+    for kind, pairs in kinds.items():
+        rows = [r for r, _ in pairs]
+        layers = sorted({r.layer for r in rows})
+        row = [kind, str(len(rows)), _span(layers), _max_up(r.spectral_norm for r in rows),
+               _span(sorted({r.p for r in rows})), str(max(r.proven_rank for r in rows)),
+               _up(sum_arb(r.contribution for r in rows))]
+        if b.occam is not None:
+            ents = sum_arb(o.entropy for _, o in pairs)
+            row += [_span(sorted({o.p for _, o in pairs})), _up(ents), _share(ents, b.occam.H)]
+        table.add_row(*row)
+    if b.occam is not None and b.occam.entropy_w is not None:
+        table.add_row("read-out", "1", "-", _up(b.readout_norm), "-", "-", "-", "-", _up(b.occam.entropy_w),
+                      _share(b.occam.entropy_w, b.occam.H))
+    return table
+
+
+def _span(values: list) -> str:
+    """A sorted list of values as "a" or "a..b"."""
+    return str(values[0]) if len(values) == 1 else f"{values[0]}..{values[-1]}"
+
+
+def _max_up(balls) -> str:
+    """The largest upper endpoint of some balls (compared exactly), as a decimal >= it."""
+    from specbound.certified.radii import exact_value
+
+    return _up(max(balls, key=lambda a: exact_value(a.upper())))
 
 
 def _share(part, whole) -> str:
@@ -203,18 +318,18 @@ def _share(part, whole) -> str:
     return f"{100 * float(part.mid()) / total:.1f}%" if total > 0 else "-"
 
 
-def _print_occam(out, b) -> None:
+def _print_occam(say, b) -> None:
     """The Occam route's line and its parts (proofs_notes/occam_route.md)."""
     o = b.occam
     level = f" ({b.settings.level_phrase()} = {o.level})" if len(b.routes) > 1 else ""
     if o.bound is None:
-        out.print(f"  Occam route{level}: no bound (no certified margin count)")
+        say(f"  Occam route{level}: no bound (no certified margin count)")
     else:
-        out.print(f"  Occam route{level}: {_up(o.bound)}   (BinInv(n, K^, e^-C), certified by its {o.inversion.method} form)")
+        say(f"  Occam route{level}: {_up(o.bound)}   (BinInv(n, K^, e^-C), certified by its {o.inversion.method} form)")
     count = "-" if o.count is None else f"{o.count} of n = {b.settings.n}"
-    out.print(f"    margin gamma~ = {_up(o.gamma)} (beta_gamma^{o.k_gamma}), K^ = {count} "
-              f"(certified upper count of y f <= gamma{'; ' + o.count_method if o.count_method else ''})")
-    out.print(f"    H = {_up(o.H)} nats, Lambda = {_up(o.Lambda)}, C = H + Lambda + log(1/level) = {_up(o.mass)}")
+    say(f"    margin gamma~ = {_up(o.gamma)} (beta_gamma^{o.k_gamma}), K^ = {count} "
+        f"(certified upper count of y f <= gamma{'; ' + o.count_method if o.count_method else ''})")
+    say(f"    H = {_up(o.H)} nats, Lambda = {_up(o.Lambda)}, C = H + Lambda + log(1/level) = {_up(o.mass)}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -240,9 +355,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(cert, indent=2) + "\n")
         return 1 if failed else 0
-    print_result(result)
-    if args.cross_check:
-        print(result.cross_check["summary"])
+    print_result(result, QUIET if args.quiet else VERBOSE if args.verbose else DEFAULT, args.explain,
+                 (result.cross_check["summary"],) if args.cross_check else ())
     if args.out:
         print(f"certificate written to {args.out}")
     say_written(figures)

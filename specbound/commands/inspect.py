@@ -1,6 +1,7 @@
 """``specbound inspect CHECKPOINT``: the detected family and layout, the config values used, every
 tensor read (and as what), every tensor ignored (and why), and what a certified number would be
-about (:func:`specbound.api.inspect`, rendered here)."""
+about (:func:`specbound.api.inspect`, rendered here; for a foreign checkpoint, that it is about the
+analysis model, not the checkpoint's own network: :func:`specbound.scope.pretrained_note`)."""
 
 from __future__ import annotations
 
@@ -43,4 +44,8 @@ def run(args: argparse.Namespace) -> int:
     for name, info in report.tensors_ignored.items():
         out.write(f"  {name} {tuple(info['shape'])}: {info['reason']}\n")
     out.write(f"scope       {report.statement}\n")
+    from specbound.scope import pretrained_note
+
+    for line in pretrained_note(report.scope.get("own_network") is True, "a certified number of this checkpoint"):
+        out.write(line + "\n")
     return 0

@@ -97,12 +97,13 @@ def run(args: argparse.Namespace) -> int:
                       _fmt(r.norm_21), str(r.numerical_rank), f"{r.p_opt:.4g}", _fmt(r.contribution),
                       _fmt(r.gamma), _fmt(r.alpha), _fmt(r.scale))
     out.print(table)
+    # soft_wrap: whole lines in a file or pipe (a terminal wraps them itself)
     out.print(f"L = {result.num_layers}, N = {result.width}, grid P_m with m = {result.m} "
-              f"({len(result.grid)} points)")
-    out.print(f"ours (paper proxy)    = {result.ours:.12g}")
-    out.print(f"edelman (paper proxy) = {result.edelman:.12g}")
-    out.print("These are the paper's proxies, not bounds. Where our rigorous theorem differs:")
+              f"({len(result.grid)} points)", soft_wrap=True)
+    out.print(f"ours (paper proxy)    = {result.ours:.12g}", soft_wrap=True)
+    out.print(f"edelman (paper proxy) = {result.edelman:.12g}", soft_wrap=True)
+    out.print("These are the paper's proxies, not bounds. Where our rigorous theorem differs:", soft_wrap=True)
     for line in DIFFERENCES:
-        out.print(f"  - {line}")
+        out.print(f"  - {line}", soft_wrap=True, markup=False)
     say_written(written)
     return 0

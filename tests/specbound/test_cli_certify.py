@@ -1,6 +1,7 @@
 """``specbound certify`` / ``specbound verify`` from the command line (in-process ``cli.main``)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,6 +40,14 @@ def test_the_main_command_certifies_a_non_vacuous_bound_from_the_training_sample
     cert = tmp_path / "cert.json"
     code, out, err = run(capsys, "certify", "--out", str(cert))
     assert code == 0, err
+    # README shows the first lines of exactly this run: the headline and both routes' parts
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    shown = readme.split("`specbound certify` prints first:\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
+    lines = out.splitlines()
+    assert lines[:len(shown)] == shown
+    assert lines[-2:] == [shown[0], f"certificate written to {cert}"]  # the headline again, last
+    said = int(readme.split("the per-matrix table and the headline again (", 1)[1].split(" lines", 1)[0])
+    assert said == len(lines) - 1  # README's line count of certify without --out
     line = next(l for l in out.splitlines() if l.startswith("certified bound on the 0-1 risk:"))
     assert float(line.split(":")[1].split()[0]) < 0.5 and "vacuous" not in line
     assert "S = the training sample" in out and "n = 1000000" in out

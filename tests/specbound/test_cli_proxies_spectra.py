@@ -53,6 +53,15 @@ def test_proxies_table_states_it_is_not_a_bound(capsys, bert_dir):
     assert "not bounds" in out
 
 
+def test_proxies_prints_whole_lines_when_stdout_is_not_a_terminal(capsys, bert_dir):
+    from specbound.numeric.proxies import DIFFERENCES
+
+    code, out, _ = run_cli(capsys, "proxies", bert_dir)
+    assert code == 0 and max(len(line) for line in DIFFERENCES) > 160  # rich would wrap these
+    for line in DIFFERENCES:
+        assert f"  - {line}" in out.splitlines()
+
+
 def test_proxies_csv_and_report(capsys, bert_dir, tmp_path):
     table = tmp_path / "p.csv"
     report = tmp_path / "rep"
