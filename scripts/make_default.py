@@ -49,7 +49,7 @@ CONVENTIONAL_CONFIG = TrainConfig(
 """Issue 26's conventionally shaped candidate (plain variant, d_h = N / H = 16, d_ff = 2N = 64, lr 1e-3:
 lr 1e-2 can collapse), n = 10^6, delta = 0.05, both routes at delta/2 with the default bases: all fixed
 before its S (data seed 26) was drawn.  The pilot that chose n (float planning estimate 0.18 at
-n = 10^6) trained on data seed 21 (n = 10^5); docs/experiments.md section 2d."""
+n = 10^6, `specbound plan`) trained on data seed 21 (n = 10^5); docs/experiments.md section 2d."""
 
 RECIPES = {"default": DEFAULT_CONFIG, "conventional": CONVENTIONAL_CONFIG}
 TEST_SEED = 2
