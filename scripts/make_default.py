@@ -1,7 +1,7 @@
 """Train the embedded default checkpoint, deterministically: a model whose certified bound is
 computed from its *training sample* S (n = the number of training examples).
 
-    .venv/bin/python scripts/make_default.py [--out-dir specbound/data] [--n-test M]
+    .venv/bin/python scripts/make_default.py [--out-dir specbound/data] [--recipe default|conventional] [--n-test M]
 
 Task ``symbol_majority`` (16 symbols, 16 random positions: 16^16 = 2^64 inputs, not enumerable).
 Writes ``default.safetensors`` (specbound-analysis-v1, float64) and ``default.json`` (the
@@ -39,33 +39,50 @@ DEFAULT_CONFIG = TrainConfig(
     seed=0, embed_seed=0, data_seed=7,
     loss="logistic", reg=0.0, reg_kind="none", reg_p=1.0,
 )
+CONVENTIONAL_CONFIG = TrainConfig(
+    task="symbol_majority", seq_len=17, k=3, task_seed=0, symbols=16,
+    num_layers=2, num_heads=2, width=32, head_dim=16, ff_dim=64, activation="gelu",
+    steps=2000, lr=1e-3, batch=512, n_train=1_000_000,
+    seed=0, embed_seed=0, data_seed=26,
+    loss="logistic", reg=0.0, reg_kind="none", reg_p=1.0,
+)
+"""Issue 26's conventionally shaped candidate (plain variant, d_h = N / H = 16, d_ff = 2N = 64, lr 1e-3:
+lr 1e-2 can collapse), n = 10^6, delta = 0.05, both routes at delta/2 with the default bases: all fixed
+before its S (data seed 26) was drawn.  The pilot that chose n (float planning estimate 0.18 at
+n = 10^6, `specbound plan`) trained on data seed 21 (n = 10^5); docs/experiments.md section 2d."""
+
+RECIPES = {"default": DEFAULT_CONFIG, "conventional": CONVENTIONAL_CONFIG}
 TEST_SEED = 2
-NAME = "default"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", default=str(Path(__file__).resolve().parents[1] / "specbound" / "data"))
-    parser.add_argument("--n-test", type=int, default=DEFAULT_CONFIG.n_train,
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default="default",
+                        help="default: the embedded model; conventional: issue 26's d_h = 16, d_ff = 64 candidate "
+                             "(files named after the recipe)")
+    parser.add_argument("--n-test", type=int, default=None,
                         help="fresh test examples (default: as many as the training sample)")
     args = parser.parse_args(argv)
     out = Path(args.out_dir)
+    name, config = args.recipe, RECIPES[args.recipe]
+    n_test = config.n_train if args.n_test is None else args.n_test
 
     start = time.perf_counter()
-    model, record = train(DEFAULT_CONFIG)
+    model, record = train(config)
     seconds = time.perf_counter() - start
     record["bound_sample"] = "train"
-    record["S"] = {"kind": "training sample", "n": DEFAULT_CONFIG.n_train,
-                   "data_seed": DEFAULT_CONFIG.data_seed,
+    record["S"] = {"kind": "training sample", "n": config.n_train,
+                   "data_seed": config.data_seed,
                    "generator": "numpy.random.default_rng(SeedSequence([data_seed, 0x5A3]))",
-                   "examples_visited_by_training": min(DEFAULT_CONFIG.n_train,
-                                                       DEFAULT_CONFIG.steps * DEFAULT_CONFIG.batch)}
-    record["test"] = evaluate(model, *fresh_sample(DEFAULT_CONFIG.make_task(), args.n_test, TEST_SEED))
+                   "examples_visited_by_training": min(config.n_train,
+                                                       config.steps * config.batch)}
+    record["test"] = evaluate(model, *fresh_sample(config.make_task(), n_test, TEST_SEED))
     record["test"]["seed"] = TEST_SEED
-    record["test"]["errors"] = int(round((1.0 - record["test"]["accuracy"]) * args.n_test))
-    record["train"]["errors"] = int(round((1.0 - record["train"]["accuracy"]) * DEFAULT_CONFIG.n_train))
+    record["test"]["errors"] = int(round((1.0 - record["test"]["accuracy"]) * n_test))
+    record["train"]["errors"] = int(round((1.0 - record["train"]["accuracy"]) * config.n_train))
 
-    weights = out / f"{NAME}.safetensors"
+    weights = out / f"{name}.safetensors"
     model.save(weights)
     digest = hashlib.sha256(weights.read_bytes()).hexdigest()
     record.update({
@@ -73,14 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         "sha256": digest,
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "torch_version": torch.__version__,
-        "made_by": "scripts/make_default.py",
+        "made_by": "scripts/make_default.py" + ("" if name == "default" else f" --recipe {name}"),
     })
     # the record names its checkpoint (sha256, architecture): certify refuses S from any other record
     record = bound_training_record(record, load_weights(weights), bound_on_training_sample=True)
-    write_json_atomic(out / f"{NAME}.json", record)
-    (out / f"{NAME}.json").chmod(weights.stat().st_mode & 0o777)  # mkstemp made it 0600
-    print(f"trained in {seconds:.1f} s; train acc {record['train']['accuracy']:.6f} (n={DEFAULT_CONFIG.n_train}), "
-          f"test acc {record['test']['accuracy']:.6f} (n={args.n_test}); {weights} sha256 {digest}")
+    write_json_atomic(out / f"{name}.json", record)
+    (out / f"{name}.json").chmod(weights.stat().st_mode & 0o777)  # mkstemp made it 0600
+    print(f"trained in {seconds:.1f} s; train acc {record['train']['accuracy']:.6f} (n={config.n_train}), "
+          f"test acc {record['test']['accuracy']:.6f} (n={n_test}); {weights} sha256 {digest}")
     return 0
 
 

@@ -230,6 +230,22 @@ def test_cli_run_prints_json_with_the_bound_and_the_interval(capsys, tmp_path):
     assert ckpt.is_file() and json.loads(ckpt.with_suffix(".json").read_text())["task"]["name"] == "sparse_majority"
 
 
+def test_cli_run_with_the_training_sample_saves_a_record_certify_reads_as_S(capsys, tmp_path):
+    from specbound.cli import main
+    from specbound.checkpoint import load_layers
+    from specbound.empirical import training_record
+
+    ckpt = tmp_path / "tiny.safetensors"
+    code = main(["experiment", "run", "--layers", "1", "--heads", "1", "--head-dim", "1", "--width", "8",
+                 "--ff", "2", "--steps", "5", "--n-train", "256", "--sample", "train", "--data-seed", "5",
+                 "--n-test", "500", "--reg", "0", "--reg-kind", "none", "--workers", "1", "--json",
+                 "--save", str(ckpt)])
+    assert code == 0
+    capsys.readouterr()
+    recorded = training_record(load_layers(ckpt, ()), ckpt)  # the record names this checkpoint
+    assert recorded is not None and recorded["n"] == 256 and recorded["data_seed"] == 5
+
+
 @pytest.mark.parametrize("bad", [["--n", "0"], ["--margin", "-2"], ["--sample", "train", "--n", "7"],
                                  ["--task", "nope"]])
 def test_cli_bad_input_is_one_line_and_exit_2(capsys, tmp_path, bad):

@@ -167,6 +167,19 @@ def test_make_default_reproduces_the_shipped_files(tmp_path, default):
     assert json.loads((tmp_path / "default.json").read_text()) == record
 
 
+def test_the_conventional_recipe_has_a_conventional_shape_and_trains_on_its_own_sample():
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "make_default.py"
+    recipes = runpy.run_path(str(script), run_name="not_main")["RECIPES"]
+    conv, default = recipes["conventional"], recipes["default"]
+    # issue 26: d_h = N / H and d_ff >= 2N, on the non-enumerable task, S a data seed of its own
+    assert conv.head_dim * conv.num_heads == conv.width and conv.ff_dim >= 2 * conv.width
+    assert conv.task == "symbol_majority" and conv.n_train == 1_000_000
+    assert conv.data_seed not in (default.data_seed, 21, 41, 51)  # the pilots' seeds (docs/experiments.md 2d)
+
+
 # --------------------------------------------------------------------------- progress and the chance warning
 
 
