@@ -75,11 +75,12 @@ class Estimate:
 def parameter_count(weights: AnalysisWeights) -> int:
     """The learned parameters of the analysis model of ``weights``: per layer W_Q (H N d_h), W_K and W_V
     (G N d_h each, G key/value groups: H unless grouped), W_O (H d_h N) and the feed-forward (2 N d_ff,
-    3 N d_ff gated), plus the read-out (N).  The fixed input map is not learned and not counted."""
+    3 N d_ff gated), plus the read-out (N; k N for k rows).  The fixed input map is not learned and not
+    counted."""
     L, H, N, d, F = weights.num_layers, weights.num_heads, weights.width, weights.head_dim, weights.ff_dim
     G = weights.num_kv_heads or H
     gated = weights.variant in LS_VARIANTS
-    return int(L * (2 * H * N * d + 2 * G * N * d + (3 if gated else 2) * N * F) + N)
+    return int(L * (2 * H * N * d + 2 * G * N * d + (3 if gated else 2) * N * F) + weights.num_outputs * N)
 
 
 class Estimator:
@@ -98,7 +99,8 @@ class Estimator:
         if self.margins is None:
             raise SpecboundError("an estimate needs the margins of a sample")
         self.settings = BoundSettings(n=1, delta=delta, routes=ROUTES)
-        self.theorem = compiled_theorem(self.settings, weights.activation, weights.variant)
+        # k read-out rows: the k-class theorem (the kclass_ twins), as certify selects it
+        self.theorem = compiled_theorem(self.settings, weights.activation, weights.variant, weights.num_outputs)
         self.facts = network_facts(weights, spectra=spectra)
         self.parameters = parameter_count(weights)
         self._cache: dict[int, Estimate] = {}

@@ -186,9 +186,6 @@ def architecture_of(architecture: Any) -> dict[str, Any]:
             raise SpecboundError(f"architecture: {k} must be a {'non-negative' if k == 'num_kv_heads' else 'positive'} "
                                  f"integer, got {v!r}")
         out[k] = int(v)
-    if out["num_outputs"] != 1:
-        raise SpecboundError(f"architecture: num_outputs = {out['num_outputs']}: the k-class bound is not evaluated "
-                             "yet (certify refuses k >= 2 too); plan for one output (labels +-1)")
     return out
 
 
@@ -201,20 +198,31 @@ def initialised_weights(arch: Mapping[str, Any], init_seed: int = 0) -> Analysis
 
     shape = Architecture(num_layers=arch["num_layers"], num_heads=arch["num_heads"], width=arch["width"],
                          head_dim=arch["head_dim"], ff_dim=arch["ff_dim"], vocab_size=2, seq_len=1,
-                         activation=arch["activation"], variant=arch["variant"], num_kv_heads=arch["num_kv_heads"])
+                         activation=arch["activation"], variant=arch["variant"], num_kv_heads=arch["num_kv_heads"],
+                         num_outputs=arch["num_outputs"])
     model = AnalysisTransformer(shape, init_seed=int(init_seed))
     with tempfile.TemporaryDirectory(prefix="specbound-plan-") as folder:
         return load_weights(readable(model, folder))
 
 
+def readout_scale(weights: AnalysisWeights) -> float:
+    """``||w||`` of one read-out vector, the largest row norm ``max_c ||w_c||`` of a k-row read-out (1.0
+    with none): the read-out radius the theorem uses (proofs_notes/k_class.md).  Rows in the unit ball
+    give |f_c| <= ||w_c||, so a k-class margin f_y - max_{c != y} f_c lies within twice this scale."""
+    if weights.readout is None:
+        return 1.0
+    rows = np.atleast_2d(np.asarray(weights.readout, dtype=np.float64))
+    return float(np.linalg.norm(rows, axis=1).max())
+
+
 def assumed_margins(weights: AnalysisWeights, margin: float, error: float):
     """The assumed margin distribution (module docstring) as a
     :class:`~specbound.numeric.margin_sample.MarginSample`: ``+margin ||w||``, and ``-margin ||w||`` with
-    weight ``error`` (the decimal the user typed, as an exact fraction)."""
+    weight ``error`` (the decimal the user typed, as an exact fraction); for k read-out rows ``||w||``
+    is the largest row norm (:func:`readout_scale`) and the margin is ``f_y - max_{c != y} f_c``."""
     from .numeric.margin_sample import MarginSample
 
-    norm = float(np.linalg.norm(weights.readout)) if weights.readout is not None else 1.0
-    level = margin * norm
+    level = margin * readout_scale(weights)
     if not (math.isfinite(level) and level > 0):
         raise SpecboundError("the read-out is zero: the network is constant, no margin to assume")
     q = Fraction(repr(float(error)))
@@ -248,7 +256,7 @@ def plan_n(
     ``model``: a pilot model, anything ``certify`` accepts (path, repo id, state dict, torch module;
     None with no ``architecture``: the embedded default); or ``architecture``: a mapping (or
     :class:`specbound.model.Architecture`) of ``num_layers, num_heads, width, head_dim, ff_dim`` and
-    optionally ``variant, activation, num_kv_heads, num_outputs`` (k; only 1 is evaluated), planned at
+    optionally ``variant, activation, num_kv_heads, num_outputs`` (k >= 2: the k-class theorem), planned at
     the reference initialisation (``init_seed``).  Margins: the pilot model's float margins on ``data``
     (any form ``certify`` takes) or on ``samples`` (default :data:`PILOT_SAMPLES`) fresh samples of its
     recorded task drawn with ``seed``; or, with ``margin`` / ``error`` given, an architecture, or no pilot
@@ -273,7 +281,8 @@ def plan_n(
         arch = architecture_of(architecture)
         weights = initialised_weights(arch, init_seed)
         label = (f"architecture L={arch['num_layers']} H={arch['num_heads']} N={arch['width']} d_h={arch['head_dim']} "
-                 f"d_ff={arch['ff_dim']} {arch['variant']} {arch['activation']}")
+                 f"d_ff={arch['ff_dim']} {arch['variant']} {arch['activation']}"
+                 + ("" if arch["num_outputs"] == 1 else f" k={arch['num_outputs']}"))
         norms = (f"norms: the reference model's initialisation (init seed {init_seed}, entries of variance "
                  "1/fan-in); a trained network's are usually larger, so this plan tends to be optimistic")
         assumed = True
@@ -287,8 +296,9 @@ def plan_n(
         margins = assumed_margins(weights, m, e)
         pilot = {**pilot, "kind": "assumed", "margin_fraction": m, "error": e}
         why = "" if pilot.get("why") is None else f" ({pilot['why']})"
+        rows = "" if weights.num_outputs == 1 else f"; k = {weights.num_outputs}: its largest row norm"
         said = (f"margins: assumed{why}: every example at margin {m:g} ||w|| (||w|| = "
-                f"{float(np.linalg.norm(weights.readout)):.4g}, the largest |f| the read-out allows), a fraction "
+                f"{readout_scale(weights):.4g}, the largest |f| the read-out allows{rows}), a fraction "
                 f"{e:g} of them at -{m:g} ||w||, at every n")
     else:
         said = (f"margins: at every n distributed as the pilot's: the float margins of the pilot model on "
@@ -353,4 +363,4 @@ def _rows(estimator: Estimator, targets: tuple[float, ...], max_n: int) -> tuple
 
 
 __all__ = ["ASSUMED_MARGIN", "DEFAULT_TARGETS", "MAX_N", "PILOT_SAMPLES", "PLAN_ROUTES", "SampleSizePlan",
-           "architecture_of", "assumed_margins", "initialised_weights", "parameter_count", "plan_n", "smallest_n"]
+           "architecture_of", "assumed_margins", "readout_scale", "initialised_weights", "parameter_count", "plan_n", "smallest_n"]

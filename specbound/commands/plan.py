@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     arch.add_argument("--variant", default=None, help=f"one of {', '.join(MODEL_VARIANTS)} (default plain)")
     arch.add_argument("--activation", default=None, help=f"one of {', '.join(ACTIVATIONS)} (default gelu)")
     arch.add_argument("--kv-heads", default=None, metavar="G", help="key/value groups (ls variants)")
-    arch.add_argument("--outputs", default=None, metavar="K", help="read-out outputs k (only 1 is evaluated)")
+    arch.add_argument("--outputs", default=None, metavar="K", help="read-out outputs k (k >= 2: the k-class theorem, margins f_y - max of the others)")
     arch.add_argument("--init-seed", default=None, metavar="S", help="seed of the initialisation (default 0)")
     pilot = parser.add_argument_group("the margin distribution")
     pilot.add_argument("--data", default=None, metavar="FILE",

@@ -151,6 +151,87 @@ def test_a_target_out_of_reach_is_not_reached():
     assert plan.n(0.05, ROUTE_OCCAM) is None and plan.n(0.05) is None
 
 
+# -- k read-out rows: the k-class theorem -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def kclass_pilot():
+    """A briefly trained k = 3 pilot (cross-entropy on f) and its pilot sample: the class is the most
+    frequent of the symbols 0, 1, 2 (ties to the smallest)."""
+    import torch
+
+    from specbound.nn import AnalysisTransformer
+
+    rng = np.random.default_rng(7)
+    tokens = rng.integers(0, 3, size=(240, 5))
+    labels = np.argmax(np.stack([(tokens == c).sum(axis=1) for c in range(3)], axis=1), axis=1)
+    model = AnalysisTransformer(num_layers=1, num_heads=2, width=6, head_dim=2, ff_dim=4, vocab_size=3, seq_len=5,
+                                num_outputs=3, variant="residual", init_seed=2)
+    opt = torch.optim.Adam(model.parameters(), lr=2e-2)
+    X, y = torch.from_numpy(tokens), torch.from_numpy(labels)
+    for _ in range(30):
+        loss = torch.nn.functional.cross_entropy(model(X), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model, {"tokens": tokens, "labels": labels}
+
+
+def test_a_k_class_pilot_plans_with_the_k_class_theorem(kclass_pilot):
+    """The estimate at the planned n is the k-class theorem's float evaluation there (numeric.bound
+    selects the kclass_ twins from the weights' k rows, as certify does), and the margins are
+    f_y - max_{c != y} f_c written out by hand from the torch outputs."""
+    import torch
+
+    from specbound.checkpoint import load_weights
+    from specbound.module_source import readable
+
+    model, data = kclass_pilot
+    plan = specbound.plan_n(model, target=0.5, data=data)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        weights = load_weights(readable(model, folder))
+    assert weights.num_outputs == 3
+    with torch.no_grad():
+        f = model(torch.from_numpy(data["tokens"])).double().numpy()
+    y = data["labels"]
+    others = np.where(np.arange(3)[None, :] == y[:, None], -np.inf, f)
+    q = np.sort(f[np.arange(y.size), y] - others.max(axis=1))
+    assert plan.pilot["error"] == pytest.approx(float(np.mean(q <= 0)))
+    margins_at = lambda n: q[(np.arange(n) * q.size) // n]  # noqa: E731
+    for route in (ROUTE_OCCAM, ROUTE_RADEMACHER):
+        n = plan.n(0.5, route)
+        assert n is not None, route
+        at, before = _independent(weights, margins_at, n), _independent(weights, margins_at, n - 1)
+        assert at[route] <= 0.5 < before[route], (route, n, at[route], before[route])
+        row = next(r for r in plan.rows if r["route"] == route)
+        assert row["estimate"] == pytest.approx(at[route], rel=1e-6)
+    # the binary theorem at the same n would give a different (smaller) estimate: the k rows are used
+    from specbound.numeric.evaluation import evaluate_facts
+    from specbound.numeric.margin_sample import MarginSample
+    from specbound.numeric.planner import plan_for
+    from specbound.numeric.terms import compiled_theorem, network_facts
+
+    n = plan.n(0.5, ROUTE_RADEMACHER)
+    settings = BoundSettings(n=n, delta=0.05, routes=ROUTES)
+    binary = compiled_theorem(settings, weights.activation, weights.variant, 1)
+    facts, sample = network_facts(weights), MarginSample.expanded(q, n)
+    wrong = evaluate_facts(binary, facts, settings, plan_for(binary, facts, settings, sample), margins=sample)
+    assert wrong.bound < next(r for r in plan.rows if r["route"] == ROUTE_RADEMACHER)["estimate"]
+
+
+def test_a_k_class_architecture_is_planned_at_its_largest_row_norm():
+    from specbound.planning import architecture_of, initialised_weights
+
+    weights = initialised_weights(architecture_of({**TINY, "num_outputs": 4}))
+    assert np.shape(weights.readout) == (4, TINY["width"])
+    largest = max(math.sqrt(sum(float(v) ** 2 for v in row)) for row in np.asarray(weights.readout))
+    plan = specbound.plan_n(architecture={**TINY, "num_outputs": 4}, target=0.5, error=0.01)
+    assert f"{largest:.4g}" in " ".join(plan.assumptions) and "largest row norm" in " ".join(plan.assumptions)
+    assert plan.parameters == specbound.plan_n(architecture=TINY, target=0.5).parameters + 3 * TINY["width"]
+    assert plan.n(0.5) > specbound.plan_n(architecture=TINY, target=0.5, error=0.01).n(0.5)
+
+
 # -- bad input -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -159,7 +240,7 @@ def test_a_target_out_of_reach_is_not_reached():
     ({"architecture": TINY, "target": "x"}, "target"),
     ({"architecture": {**TINY, "depth": 3}}, "unknown key 'depth'"),
     ({"architecture": {"num_layers": 2}}, "give num_heads"),
-    ({"architecture": {**TINY, "num_outputs": 4}}, "k-class"),
+    ({"architecture": {**TINY, "num_outputs": 0}}, "num_outputs"),
     ({"architecture": {**TINY, "width": 0}}, "width"),
     ({"architecture": TINY, "margin": 0.0}, "margin"),
     ({"architecture": TINY, "margin": 1.5}, "margin"),
@@ -201,7 +282,7 @@ def test_plan_prints_a_table_of_estimates_under_its_assumptions(capsys):
     (["plan", "--layers", "2"], "give --heads --width --head-dim --ff-dim"),
     (["plan", "model.safetensors", *ARCH_FLAGS], "not both"),
     (["plan", *ARCH_FLAGS, "--margin", "0"], "margin"),
-    (["plan", *ARCH_FLAGS, "--outputs", "3"], "k-class"),
+    (["plan", *ARCH_FLAGS, "--outputs", "0"], "--outputs must be >= 1"),
     (["plan", *ARCH_FLAGS, "--data", "d.npz"], "pilot sample needs a pilot model"),
     (["plan", *ARCH_FLAGS, "--variant", "bogus"], "variant"),
 ])
