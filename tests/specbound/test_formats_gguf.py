@@ -222,6 +222,38 @@ def _valid(tmp_path):
     return path, path.read_bytes()
 
 
+def test_a_file_rewritten_in_place_is_parsed_again(tmp_path):
+    # headers are reused while a file is unchanged (a layer-wise run opens it once per layer); a
+    # file rewritten at the same path must not be read with the old header
+    path, _ = _valid(tmp_path)
+    assert open_checkpoint(path).shapes == {"w": (4, 32)}
+    assert open_checkpoint(path).shapes == {"w": (4, 32)}
+    write_gguf(path, {"w": np.ones((2, 64), np.float32), "v": np.zeros((1, 32), np.float32)})
+    ckpt = open_checkpoint(path)
+    assert ckpt.shapes == {"w": (2, 64), "v": (1, 32)}
+    np.testing.assert_array_equal(ckpt.tensor("w"), np.ones((2, 64)))
+
+
+def test_a_long_string_array_is_skipped_and_a_cut_one_is_one_line(tmp_path):
+    path = tmp_path / "vocab.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(3000)])
+    w.add_tensor("w", np.ones((4, 32), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    ckpt = open_checkpoint(path)
+    assert "tokenizer.ggml.tokens" not in ckpt.config and ckpt.shapes == {"w": (4, 32)}
+    data = path.read_bytes()
+    at = data.index(b"t2999")  # inside the last string of the array
+    bad = tmp_path / "vocab_cut.gguf"
+    bad.write_bytes(data[:at])
+    with pytest.raises(CheckpointError) as ei:
+        open_checkpoint(bad)
+    one_line(ei, str(bad), "truncated")
+
+
 def test_truncated_file_is_one_line(tmp_path):
     path, data = _valid(tmp_path)
     for cut in (3, 10, 30, len(data) - 1):
