@@ -1,0 +1,260 @@
+"""Benchmark at Llama-2-7B shapes: certify and spectra, in process and on a local Dask cluster,
+against a plain float64 numpy SVD of the same matrices (issue 31).
+
+Usage:
+    .venv/bin/python benchmarks/bench_llama7b.py [--layers 1] [--formats safetensors gguf]
+        [--workers 2] [--what certify spectra plain] [--plain-heads H] [--dir DIR] [--keep]
+        [--checkpoint-dir DIR] [--shape N,H,FF] [--json FILE]
+
+Writes the checkpoint of ``benchmarks/llama7b.py`` (``--layers`` of the 32 layers, float16
+safetensors shards and/or GGUF Q4_K) into a temporary folder (deleted at the end unless
+``--keep``; ``--checkpoint-dir`` reuses one written before), then measures, every side with one
+BLAS thread:
+
+- ``specbound certify CKPT --n 1000000 --json`` and ``specbound spectra CKPT --json`` in process
+  (a fresh interpreter each: wall, CPU, peak RSS of that process);
+- the same through a fresh local cluster of ``--workers`` single-threaded workers
+  (``specbound.engine``; wall, the workers' CPU, each worker's peak RSS ``VmHWM`` and the client's),
+  the certificate compared byte for byte with the in-process one;
+- plain: an independent numpy script (imports nothing from specbound) that reads the same tensors,
+  forms the covered matrices of the Llama-style analysis model (per head W_Q^h, N x d_h; per
+  key/value group W_K^g; per head the dense product W_V^g W_O^h, N x N; gate, up, down) and takes
+  ``np.linalg.svd(..., compute_uv=False)`` of each: CPU seconds per kind and in total.  With
+  ``--plain-heads H`` only the first H of the value-output products are computed per layer and the
+  time of that kind is scaled by heads / H (stated in the report: every head has the same shape,
+  so each costs the same).
+
+Extrapolation to 32 layers: every layer has the same shapes, so per-layer costs are the measured
+total minus the fixed costs (start-up, hashing the shards, the client's plan and bound) divided by
+the layers measured; the report states which figures are measured and which extrapolated.  The
+machine may be shared: CPU seconds are the steadier figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import llama7b  # noqa: E402
+
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+PLAIN = r'''
+import json, resource, sys, time
+import numpy as np
+path, fmt, heads_done = sys.argv[1], sys.argv[2], int(sys.argv[3])
+t0 = time.process_time()
+if fmt == "safetensors":
+    import os
+    from safetensors import safe_open
+    cfg = json.load(open(os.path.join(path, "config.json")))
+    index = json.load(open(os.path.join(path, "model.safetensors.index.json")))["weight_map"]
+    handles = {}
+    def get(l, name):
+        key = f"model.layers.{l}.{name}.weight"
+        shard = os.path.join(path, index[key])
+        if shard not in handles:
+            handles[shard] = safe_open(shard, framework="numpy")
+        return handles[shard].get_tensor(key).astype(np.float64)
+    layers, heads, kv = cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    names = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+else:
+    import gguf
+    reader = gguf.GGUFReader(path)
+    tensors = {t.name: t for t in reader.tensors}
+    field = lambda k: int(reader.fields[k].parts[-1][0])
+    layers, heads, kv = field("llama.block_count"), field("llama.attention.head_count"), field("llama.attention.head_count_kv")
+    def get(l, name):
+        t = tensors[f"blk.{l}.{name}.weight"]
+        return gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
+    names = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+cpu = {"read": 0.0, "Q": 0.0, "K": 0.0, "V_tilde": 0.0, "G": 0.0, "U": 0.0, "D": 0.0}
+count = dict.fromkeys(cpu, 0)
+top = 0.0
+def svd(kind, m):
+    global top
+    t = time.process_time()
+    s = np.linalg.svd(m, compute_uv=False)
+    cpu[kind] += time.process_time() - t
+    count[kind] += 1
+    top = max(top, s[0])
+for l in range(layers):
+    t = time.process_time()
+    q, k, v, o, g, u, d = (get(l, n) for n in names)
+    cpu["read"] += time.process_time() - t
+    dh = q.shape[0] // heads
+    group = heads // kv
+    for h in range(heads):
+        svd("Q", q[h * dh:(h + 1) * dh].T)
+    for j in range(kv):
+        svd("K", k[j * dh:(j + 1) * dh].T)
+    for h in range(min(heads, heads_done)):
+        t = time.process_time()
+        m = v[(h // group) * dh:(h // group + 1) * dh].T @ o.T[h * dh:(h + 1) * dh]
+        cpu["V_tilde"] += time.process_time() - t
+        svd("V_tilde", m)
+    svd("G", g.T); svd("U", u.T); svd("D", d.T)
+    del q, k, v, o, g, u, d
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"cpu_s": ru.ru_utime + ru.ru_stime, "work_cpu_s": time.process_time() - t0, "by_kind_cpu_s": cpu,
+                  "svd_count": count, "layers": layers, "heads": heads, "heads_done": heads_done,
+                  "peak_rss_mb": [int(x.split()[1]) / 1024 for x in open("/proc/self/status") if x.startswith("VmHWM:")][0],
+                  "sigma_max": top}))
+'''
+
+DASK = r'''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+import bench_dask
+out = bench_dask.run_engine(Path(sys.argv[2]), int(sys.argv[3]), spectra=sys.argv[4] == "1")
+print(json.dumps(out))
+'''
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(ONE_THREAD)
+    return env
+
+
+def run_measured(argv: list[str]) -> tuple[dict, str]:
+    """(wall, CPU of the child and its waited-for descendants, peak RSS of the largest of them) of one
+    subprocess with one BLAS thread, and its standard output."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as fout, tempfile.TemporaryFile("w+") as ferr:
+        proc = subprocess.Popen(argv, stdout=fout, stderr=ferr, env=_env(), text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        fout.seek(0)
+        ferr.seek(0)
+        out, err = fout.read(), ferr.read()
+    code = os.waitstatus_to_exitcode(status)
+    proc.returncode = code
+    if code != 0:
+        raise SystemExit(f"{' '.join(argv[:5])} failed ({code}): {err[-3000:]}")
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}, out
+
+
+def certify_in_process(ckpt: Path) -> dict:
+    m, out = run_measured([sys.executable, "-m", "specbound", "certify", str(ckpt), "--n", "1000000", "--json"])
+    doc = json.loads(out)
+    m["certificate"] = json.dumps(doc, sort_keys=True)
+    m["seconds"] = doc.get("seconds") or {}
+    return m
+
+
+def spectra_in_process(ckpt: Path) -> dict:
+    m, out = run_measured([sys.executable, "-m", "specbound", "spectra", str(ckpt), "--json"])
+    m["matrices"] = len(json.loads(out)["matrices"])
+    return m
+
+
+def on_dask(ckpt: Path, workers: int, spectra: bool) -> dict:
+    m, out = run_measured([sys.executable, "-c", DASK, str(HERE), str(ckpt), str(workers), "1" if spectra else "0"])
+    doc = json.loads(out)
+    doc["process_wall_s"], doc["process_cpu_s"] = m["wall_s"], m["cpu_s"]
+    return doc
+
+
+def plain(ckpt: Path, fmt: str, heads_done: int) -> dict:
+    m, out = run_measured([sys.executable, "-c", PLAIN, str(ckpt), fmt, str(heads_done)])
+    doc = json.loads(out)
+    doc.update({"wall_s": m["wall_s"], "process_cpu_s": m["cpu_s"]})
+    scale = doc["heads"] / max(1, min(doc["heads"], heads_done))
+    by = doc["by_kind_cpu_s"]
+    doc["v_tilde_scale"] = scale
+    doc["extrapolated_cpu_s"] = doc["cpu_s"] + by["V_tilde"] * (scale - 1.0)
+    return doc
+
+
+def per_layer(total: float, fixed: float, layers: int) -> float:
+    return max(0.0, total - fixed) / max(1, layers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=1, help="layers written and measured (default 1; 32: the whole model)")
+    ap.add_argument("--formats", nargs="+", default=["safetensors", "gguf"], choices=("safetensors", "gguf"))
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--what", nargs="+", default=["certify", "spectra", "plain"],
+                    choices=("certify", "spectra", "plain", "dask"))
+    ap.add_argument("--plain-heads", type=int, default=None,
+                    help="value-output products per layer in the plain run (default all; the rest extrapolated)")
+    ap.add_argument("--dir", default=None, help="scratch folder for the checkpoint (default: a temp dir)")
+    ap.add_argument("--checkpoint-dir", default=None, help="reuse a folder written by benchmarks/llama7b.py")
+    ap.add_argument("--keep", action="store_true", help="keep the checkpoint written")
+    ap.add_argument("--shape", default=None, metavar="N,H,FF", help="other shapes (a quick check of the script)")
+    ap.add_argument("--json", default=None, metavar="FILE")
+    args = ap.parse_args(argv)
+    os.environ.update(ONE_THREAD)
+    shapes = llama7b.parse_shape(args.shape, args.layers)
+    report: dict = {"shapes": shapes.__dict__, "layers_measured": args.layers, "runs": {}}
+    root = Path(args.checkpoint_dir) if args.checkpoint_dir else Path(tempfile.mkdtemp(prefix="specbound-llama7b-", dir=args.dir))
+    try:
+        if args.checkpoint_dir is None:
+            t = time.perf_counter()
+            paths = llama7b.write(root, shapes, tuple(args.formats))
+            report["write_s"] = time.perf_counter() - t
+        else:
+            paths = {"safetensors": root / "llama2-7b-shaped", "gguf": root / "llama2-7b-shaped-q4_k.gguf"}
+        for fmt in args.formats:
+            ckpt = paths[fmt]
+            runs = report["runs"].setdefault(fmt, {})
+            size = sum(p.stat().st_size for p in ckpt.iterdir()) if ckpt.is_dir() else ckpt.stat().st_size
+            runs["bytes"] = size
+            print(f"{fmt}: {ckpt} ({size / 2**30:.2f} GiB, {args.layers} layer(s))", flush=True)
+            if "plain" in args.what:
+                runs["plain"] = plain(ckpt, fmt, args.plain_heads or shapes.heads)
+                p = runs["plain"]
+                print(f"  plain SVDs: {p['cpu_s']:.1f} CPU s ({p['wall_s']:.1f} s wall), peak {p['peak_rss_mb']:.0f} MB; "
+                      f"by kind {json.dumps({k: round(v, 1) for k, v in p['by_kind_cpu_s'].items()})}; "
+                      f"all heads: {p['extrapolated_cpu_s']:.1f} CPU s", flush=True)
+            if "certify" in args.what:
+                runs["certify"] = c = certify_in_process(ckpt)
+                print(f"  certify in process: {c['cpu_s']:.1f} CPU s ({c['wall_s']:.1f} s wall), peak {c['peak_rss_mb']:.0f} MB",
+                      flush=True)
+            if "spectra" in args.what:
+                runs["spectra"] = s = spectra_in_process(ckpt)
+                print(f"  spectra in process: {s['cpu_s']:.1f} CPU s ({s['wall_s']:.1f} s wall), peak {s['peak_rss_mb']:.0f} MB",
+                      flush=True)
+            if "dask" in args.what:
+                runs["dask"] = d = on_dask(ckpt, args.workers, "spectra" in args.what)
+                same = None
+                if "certify" in runs:
+                    same = d["certificate"] == runs["certify"]["certificate"]
+                d["identical_certificate"] = same
+                spectra = (f"spectra {d['spectra_wall_s']:.1f} s wall ({d['spectra_worker_cpu_s']:.1f} workers' CPU s), "
+                           if "spectra_wall_s" in d else "")
+                print(f"  {args.workers} Dask workers: {spectra}certify {d['certify_wall_s']:.1f} s wall "
+                      f"({d['certify_worker_cpu_s']:.1f} workers' CPU s), workers' peak {d['worker_peak_rss_mb']} MB, "
+                      f"client {d['client_peak_rss_mb']} MB, identical certificate: {same}", flush=True)
+            for r in runs.values():
+                if isinstance(r, dict):
+                    r.pop("certificate", None)
+            if "plain" in runs:
+                base = runs["plain"]["extrapolated_cpu_s"]
+                for name in ("certify", "spectra"):
+                    if name in runs:
+                        runs[name]["cpu_ratio"] = runs[name]["cpu_s"] / base
+                        print(f"  {name} / plain (CPU, in process): {runs[name]['cpu_ratio']:.2f}x", flush=True)
+    finally:
+        if args.checkpoint_dir is None and not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
