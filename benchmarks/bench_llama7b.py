@@ -45,39 +45,42 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import llama7b  # noqa: E402
+from bench_ratios import GGUF_HEADER  # noqa: E402  (one plain GGUF reader for both benchmarks)
 
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
-PLAIN = r'''
-import json, resource, sys, time
+PLAIN_SAFETENSORS = r'''
+import json, os, sys
 import numpy as np
-path, fmt, heads_done = sys.argv[1], sys.argv[2], int(sys.argv[3])
+from safetensors import safe_open
+path = sys.argv[1]
+cfg = json.load(open(os.path.join(path, "config.json")))
+index = json.load(open(os.path.join(path, "model.safetensors.index.json")))["weight_map"]
+handles = {}
+def get(l, name):
+    key = f"model.layers.{l}.{name}.weight"
+    shard = os.path.join(path, index[key])
+    if shard not in handles:
+        handles[shard] = safe_open(shard, framework="numpy")
+    return handles[shard].get_tensor(key).astype(np.float64)
+layers, heads, kv_heads = cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+names = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+'''
+
+PLAIN_GGUF = GGUF_HEADER + r'''
+read = get
+def get(l, name):
+    return read(f"blk.{l}.{name}.weight")
+layers, heads = kv["llama.block_count"], kv["llama.attention.head_count"]
+kv_heads = kv["llama.attention.head_count_kv"]
+names = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+'''
+
+PLAIN_BODY = r'''
+import json, resource, time
+heads_done = int(sys.argv[2])
 t0 = time.process_time()
-if fmt == "safetensors":
-    import os
-    from safetensors import safe_open
-    cfg = json.load(open(os.path.join(path, "config.json")))
-    index = json.load(open(os.path.join(path, "model.safetensors.index.json")))["weight_map"]
-    handles = {}
-    def get(l, name):
-        key = f"model.layers.{l}.{name}.weight"
-        shard = os.path.join(path, index[key])
-        if shard not in handles:
-            handles[shard] = safe_open(shard, framework="numpy")
-        return handles[shard].get_tensor(key).astype(np.float64)
-    layers, heads, kv = cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    names = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
-else:
-    import gguf
-    reader = gguf.GGUFReader(path)
-    tensors = {t.name: t for t in reader.tensors}
-    field = lambda k: int(reader.fields[k].parts[-1][0])
-    layers, heads, kv = field("llama.block_count"), field("llama.attention.head_count"), field("llama.attention.head_count_kv")
-    def get(l, name):
-        t = tensors[f"blk.{l}.{name}.weight"]
-        return gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
-    names = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 cpu = {"read": 0.0, "Q": 0.0, "K": 0.0, "V_tilde": 0.0, "G": 0.0, "U": 0.0, "D": 0.0}
 count = dict.fromkeys(cpu, 0)
 top = 0.0
@@ -93,23 +96,70 @@ for l in range(layers):
     q, k, v, o, g, u, d = (get(l, n) for n in names)
     cpu["read"] += time.process_time() - t
     dh = q.shape[0] // heads
-    group = heads // kv
+    group = heads // kv_heads
     for h in range(heads):
         svd("Q", q[h * dh:(h + 1) * dh].T)
-    for j in range(kv):
+    for j in range(kv_heads):
         svd("K", k[j * dh:(j + 1) * dh].T)
     for h in range(min(heads, heads_done)):
         t = time.process_time()
         m = v[(h // group) * dh:(h // group + 1) * dh].T @ o.T[h * dh:(h + 1) * dh]
         cpu["V_tilde"] += time.process_time() - t
         svd("V_tilde", m)
-    svd("G", g.T); svd("U", u.T); svd("D", d.T)
+    svd("G", g.T)
+    svd("U", u.T)
+    svd("D", d.T)
     del q, k, v, o, g, u, d
 ru = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"cpu_s": ru.ru_utime + ru.ru_stime, "work_cpu_s": time.process_time() - t0, "by_kind_cpu_s": cpu,
                   "svd_count": count, "layers": layers, "heads": heads, "heads_done": heads_done,
                   "peak_rss_mb": [int(x.split()[1]) / 1024 for x in open("/proc/self/status") if x.startswith("VmHWM:")][0],
                   "sigma_max": top}))
+'''
+
+IN_PROCESS = r'''
+import json, resource, sys, time
+from specbound.certified.certificate import to_json
+from specbound.pipeline import certify
+t = time.perf_counter()
+result = certify(sys.argv[1], n=10**6)
+wall = time.perf_counter() - t
+cert = to_json(result)
+print(json.dumps({"certify_wall_s": wall, "certify_steps_s": {k: round(v, 2) for k, v in result.seconds.items()},
+                  "methods": sorted(set(result.enclosure_methods)), "partial_upper": cert["result"]["partial_upper"],
+                  "certificate": json.dumps(cert, sort_keys=True)}))
+'''
+
+PROFILE = r'''
+import cProfile, json, pstats, sys, time
+from specbound.checkpoint import load_layers
+from specbound.certified.gram_enclosure import enclose_matrices
+t = time.process_time()
+weights = load_layers(sys.argv[1], (0,))
+out = {"load_layer_cpu_s": time.process_time() - t, "kinds": {}}
+kinds = {}
+for m in weights.matrices:
+    if m.layer == 0:
+        kinds.setdefault(m.kind, []).append(m)
+STEPS = {"eigh": "eigh", "_orthogonality_split": "orthogonality (split)", "_dense_square_bounds": "Gram",
+         "_eigen_square_bounds": "residual S Z - Z D", "_factored_square_bounds": "factored cores",
+         "_orthogonality_float": "orthogonality (float)", "_record": "Arb records", "check_finite": "finiteness"}
+for kind, mats in kinds.items():
+    prof = cProfile.Profile()
+    t = time.process_time()
+    prof.enable()
+    encs = enclose_matrices(mats)
+    prof.disable()
+    row = {"matrices": len(mats), "shape": list(mats[0].shape), "cpu_s": time.process_time() - t,
+           "methods": sorted({e.method for e in encs}),
+           "rel_width_sigma_1": max(float((e.upper[0] - e.lower[0]) / e.upper[0]) for e in encs)}
+    steps = {}
+    for (file, line, name), (cc, nc, tt, ct, callers) in pstats.Stats(prof).stats.items():
+        if name in STEPS:
+            steps[STEPS[name]] = steps.get(STEPS[name], 0.0) + tt
+    row["self_time_s"] = {k: round(v, 2) for k, v in steps.items()}
+    out["kinds"][kind] = row
+print(json.dumps(out))
 '''
 
 DASK = r'''
@@ -147,11 +197,20 @@ def run_measured(argv: list[str]) -> tuple[dict, str]:
 
 
 def certify_in_process(ckpt: Path) -> dict:
-    m, out = run_measured([sys.executable, "-m", "specbound", "certify", str(ckpt), "--n", "1000000", "--json"])
-    doc = json.loads(out)
-    m["certificate"] = json.dumps(doc, sort_keys=True)
-    m["seconds"] = doc.get("seconds") or {}
+    """``specbound.pipeline.certify(ckpt, n=10**6)`` (what ``specbound certify`` runs) in a fresh
+    interpreter: measures, the client-side steps and the certificate."""
+    m, out = run_measured([sys.executable, "-c", IN_PROCESS, str(ckpt)])
+    m.update(json.loads(out))
     return m
+
+
+def profile_layer(ckpt: Path) -> dict:
+    """Layer 0's enclosures kind by kind in a fresh interpreter: CPU seconds, methods, widths and the
+    self time of the main steps (cProfile)."""
+    m, out = run_measured([sys.executable, "-c", PROFILE, str(ckpt)])
+    doc = json.loads(out)
+    doc["peak_rss_mb"] = m["peak_rss_mb"]
+    return doc
 
 
 def spectra_in_process(ckpt: Path) -> dict:
@@ -168,7 +227,8 @@ def on_dask(ckpt: Path, workers: int, spectra: bool) -> dict:
 
 
 def plain(ckpt: Path, fmt: str, heads_done: int) -> dict:
-    m, out = run_measured([sys.executable, "-c", PLAIN, str(ckpt), fmt, str(heads_done)])
+    script = (PLAIN_SAFETENSORS if fmt == "safetensors" else PLAIN_GGUF) + PLAIN_BODY
+    m, out = run_measured([sys.executable, "-c", script, str(ckpt), str(heads_done)])
     doc = json.loads(out)
     doc.update({"wall_s": m["wall_s"], "process_cpu_s": m["cpu_s"]})
     scale = doc["heads"] / max(1, min(doc["heads"], heads_done))
@@ -188,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--formats", nargs="+", default=["safetensors", "gguf"], choices=("safetensors", "gguf"))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--what", nargs="+", default=["certify", "spectra", "plain"],
-                    choices=("certify", "spectra", "plain", "dask"))
+                    choices=("certify", "spectra", "plain", "dask", "profile"))
     ap.add_argument("--plain-heads", type=int, default=None,
                     help="value-output products per layer in the plain run (default all; the rest extrapolated)")
     ap.add_argument("--dir", default=None, help="scratch folder for the checkpoint (default: a temp dir)")
@@ -222,12 +282,17 @@ def main(argv: list[str] | None = None) -> int:
                       f"all heads: {p['extrapolated_cpu_s']:.1f} CPU s", flush=True)
             if "certify" in args.what:
                 runs["certify"] = c = certify_in_process(ckpt)
-                print(f"  certify in process: {c['cpu_s']:.1f} CPU s ({c['wall_s']:.1f} s wall), peak {c['peak_rss_mb']:.0f} MB",
-                      flush=True)
+                print(f"  certify in process: {c['cpu_s']:.1f} CPU s ({c['wall_s']:.1f} s wall), peak {c['peak_rss_mb']:.0f} MB, "
+                      f"steps {c['certify_steps_s']}, methods {c['methods']}", flush=True)
             if "spectra" in args.what:
                 runs["spectra"] = s = spectra_in_process(ckpt)
                 print(f"  spectra in process: {s['cpu_s']:.1f} CPU s ({s['wall_s']:.1f} s wall), peak {s['peak_rss_mb']:.0f} MB",
                       flush=True)
+            if "profile" in args.what:
+                runs["profile"] = pr = profile_layer(ckpt)
+                for kind, row in pr["kinds"].items():
+                    print(f"  layer 0 {kind:8s} x{row['matrices']:<3d} {row['cpu_s']:7.1f} CPU s  {row['methods']}  "
+                          f"width {row['rel_width_sigma_1']:.1e}  {row['self_time_s']}", flush=True)
             if "dask" in args.what:
                 runs["dask"] = d = on_dask(ckpt, args.workers, "spectra" in args.what)
                 same = None

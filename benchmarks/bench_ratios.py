@@ -74,12 +74,12 @@ print(len(out), sum(x[0] for x in out))
 '''
 
 
-PLAIN_GGUF = r'''
+GGUF_HEADER = r'''
 import mmap, struct, sys
 import numpy as np
 import gguf.quants
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as QT
-path, view = sys.argv[1], sys.argv[2]
+path = sys.argv[1]
 fh = open(path, "rb")
 buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
 SIZE = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
@@ -128,6 +128,12 @@ def get(name):
     if kind == QT.F32:
         return raw.view("<f4").reshape(shape).astype(np.float64)
     return gguf.quants.dequantize(raw.reshape(shape[0], -1), kind).reshape(shape).astype(np.float64)
+'''
+"""A plain GGUF reader (no specbound): the header parsed in a tight loop, ``get(name)`` the float64
+values of one tensor (numpy (out, in) orientation), dequantized by ``gguf.quants``."""
+
+PLAIN_GGUF = GGUF_HEADER + r'''
+view = sys.argv[2]
 arch = kv["general.architecture"]
 layers, heads = kv[arch + ".block_count"], kv[arch + ".attention.head_count"]
 group = heads // kv[arch + ".attention.head_count_kv"]

@@ -45,6 +45,10 @@ SAFE_EXP = 200
 # gamma_p ||Z||_F^2 ~ p^2 u (1.2e-10 at p = 1024, 1.9e-9 at p = 4096) alone would exceed the
 # default width limit times the spread and send every large feed-forward matrix to the residual route.
 SPLIT_ORTHOGONALITY_FROM = 1024
+# Likewise from this inner dimension m on, the r x r Grams of a factored head's factors are formed
+# through the exact split: their rounding term gamma_m ||F||_F^2 ||G||_F^2 is what limits the width
+# of a head's sigma_1 (8e-10 of the 1e-9 limit for Llama-7B's value-output heads, N = 4096).
+SPLIT_GRAM_FROM = 2048
 
 
 def _check_rounding_mode() -> None:
@@ -159,7 +163,14 @@ def _split_columns(z: np.ndarray, beta: int) -> tuple[np.ndarray, np.ndarray, np
     """Z = Z1 + Z2 exactly, column by column (proof note section 5b, Ozaki's split of
     :func:`~specbound.certified.enclosure.ozaki_split`): with 2^(t-1) <= max|column| < 2^t, Z1 lies on the
     grid 2^(t - beta) with |Z1| <= 2^t and Z2 = Z - Z1.  Returns (Z1, Z2, t), zero columns with
-    t = 10**6, or None when the a-posteriori grid check fails."""
+    t = 10**6, or None when a column's grid would near the subnormal range (t - beta < -500), its
+    products could overflow (t > 500), an entry is not finite, or the a-posteriori grid check fails."""
+    mx = np.maximum(z.max(axis=-2), -z.min(axis=-2))
+    if not np.all(np.isfinite(mx)):
+        return None
+    t = np.frexp(mx)[1][mx > 0]
+    if t.size and (int(t.min()) - beta < -500 or int(t.max()) > 500):
+        return None
     return ozaki_split(z, axis=-2, beta=beta)
 
 
@@ -168,12 +179,7 @@ def _orthogonality_split(z: np.ndarray) -> np.ndarray | None:
     None when a column's grid would leave the normal range or its products overflow (then the caller
     uses :func:`_orthogonality_float`)."""
     p = z.shape[-1]
-    beta = split_beta(p)
-    mx = np.maximum(z.max(axis=-2), -z.min(axis=-2))
-    t = np.frexp(mx)[1][mx > 0]
-    if t.size and (int(t.min()) - beta < -500 or int(t.max()) > 500 or not np.all(np.isfinite(mx))):
-        return None  # the exact products' grid would near the subnormal range, or the products overflow
-    split = _split_columns(z, beta)
+    split = _split_columns(z, split_beta(p))
     if split is None:
         return None
     z1, z2, _ = split
@@ -237,6 +243,29 @@ def _cholesky_factors(gy: np.ndarray) -> np.ndarray:
     return out
 
 
+def _column_gram(x: np.ndarray, tiny: float) -> tuple[np.ndarray, np.ndarray]:
+    """(Gs, eps): an exactly symmetric float Gs (B, r, r) and floats eps (B,) >= ||Gs - X^T X||_F for
+    the stack x (B, m, r), where ``tiny`` >= tiny(r, r, m) covers one product's underflow: one float
+    product (sections 3, 4), or from m >= SPLIT_GRAM_FROM the exact split of section 5b
+    (Gs = X1^T X1 + (C + C^T) + X2^T X2, error ~ u ||X^T X|| instead of m u ||X||_F^2)."""
+    m = x.shape[1]
+    split = _split_columns(x, split_beta(m)) if m >= SPLIT_GRAM_FROM else None
+    if split is None:
+        return _symmetrized(np.swapaxes(x, -1, -2) @ x), _up(_up(_gamma(m) * _sq_up(_fro_up(x))) + tiny)
+    x1, x2, _ = split
+    x1t = np.swapaxes(x1, -1, -2)
+    c = x1t @ x2
+    g = c + np.swapaxes(c, -1, -2)  # exactly symmetric (fl is commutative)
+    s1 = x1t @ x1 + g  # X1^T X1 is exact and symmetric
+    # mirrored after the last sum: the error bound below uses the mirrored Gram's norm (section 5b)
+    gs = _symmetrized(s1 + np.swapaxes(x2, -1, -2) @ x2)
+    gm = _gamma(m)
+    f1, f2 = _fro_up(x1), _fro_up(x2)
+    sums = _up(_up(_up(_fro_up(g) + _fro_up(s1)) + _fro_up(gs)) * (4.0 * UNIT_ROUNDOFF))
+    products = _up(_up(2.0 * gm * _up(f1 * f2)) + _up(gm * _sq_up(f2)))
+    return gs, _up(_up(sums + products) + 3.0 * tiny)
+
+
 def _factored_square_bounds(f: np.ndarray, g: np.ndarray):
     """f (B, m, r), g (B, r, n) prescaled: bounds of the r eigenvalues of Gx^1/2 Gy Gx^1/2, whose
     top min(m, n, r) are sigma_i(f_b g_b)^2."""
@@ -244,10 +273,8 @@ def _factored_square_bounds(f: np.ndarray, g: np.ndarray):
     n = g.shape[2]
     gr = _gamma(r)
     tiny = _tiny(r, r, max(m, n, r))
-    gx = _symmetrized(np.swapaxes(f, -1, -2) @ f)
-    gy = _symmetrized(g @ np.swapaxes(g, -1, -2))
-    eps_x = _up(_up(_gamma(m) * _sq_up(_fro_up(f))) + tiny)
-    eps_y = _up(_up(_gamma(n) * _sq_up(_fro_up(g))) + tiny)
+    gx, eps_x = _column_gram(f, tiny)  # F^T F
+    gy, eps_y = _column_gram(np.swapaxes(g, -1, -2), tiny)  # G G^T
     lf = _cholesky_factors(gy)
     fl = _fro_up(lf)
     fl2 = _sq_up(fl)

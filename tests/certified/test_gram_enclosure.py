@@ -492,9 +492,66 @@ def test_split_orthogonality_bound_is_pinned_to_section_5b(p, consts):
         _pinned(got[0], ref, "delta (split)")
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 5), st.integers(1, 9), st.integers(0, 2**32 - 1),
+       st.sampled_from([1e-150, 1.0, 1e150]))
+def test_property_factored_with_split_grams_contain_mpmath(m, r, n, seed, scale):
+    rng = np.random.default_rng(seed)
+    f = rng.standard_normal((m, r)) * scale
+    g = rng.standard_normal((r, n)) * np.logspace(-3, 3, n)
+    old = gram_mod.SPLIT_GRAM_FROM
+    gram_mod.SPLIT_GRAM_FROM = 1
+    try:
+        check_batch([factored(f, g)])
+    finally:
+        gram_mod.SPLIT_GRAM_FROM = old
+
+
+def test_split_column_gram_is_symmetric_contains_the_exact_gram_and_is_tight():
+    for x in [RNG.standard_normal((50, 6)), RNG.standard_normal((30, 4)) * np.logspace(-20, 20, 4),
+              np.hstack([RNG.standard_normal((9, 2)), np.zeros((9, 1))])]:
+        old = gram_mod.SPLIT_GRAM_FROM
+        gram_mod.SPLIT_GRAM_FROM = 1
+        try:
+            gram, eps = gram_mod._column_gram(x[None], gram_mod._tiny(x.shape[1], x.shape[1], x.shape[0]))
+        finally:
+            gram_mod.SPLIT_GRAM_FROM = old
+        assert np.array_equal(gram[0], gram[0].T)
+        xf = [[Fraction(float(v)) for v in row] for row in x]
+        r = x.shape[1]
+        err = sum((Fraction(float(gram[0][i, j])) - sum(row[i] * row[j] for row in xf)) ** 2
+                  for i in range(r) for j in range(r))
+        assert err <= Fraction(float(eps[0])) ** 2
+        exact_norm2 = sum(sum(row[i] * row[j] for row in xf) ** 2 for i in range(r) for j in range(r))
+        assert Fraction(float(eps[0])) ** 2 <= exact_norm2 * Fraction(1, 10**24)  # ~u ||X^T X||, not m u ||X||^2
+
+
+@pytest.mark.parametrize("m, r", [(7, 3), (12, 5)])
+def test_split_column_gram_error_is_pinned_to_section_5b(m, r, consts, monkeypatch):
+    # eps = 4u (||g|| + ||s1|| + ||Gs||) + 2 gamma_m ||X1|| ||X2|| + gamma_m ||X2||^2 + 3 tiny, from the
+    # same float intermediates (the same numpy operations: data), in 50-digit arithmetic
+    monkeypatch.setattr(gram_mod, "SPLIT_GRAM_FROM", 1)
+    x = np.random.default_rng(80 + m).standard_normal((1, m, r)) * np.logspace(-2, 2, r)
+    eta, u = consts
+    tiny = gram_mod._tiny(r, r, m)
+    gs, eps = gram_mod._column_gram(x, tiny)
+    x1, x2, _ = gram_mod._split_columns(x, gram_mod.split_beta(m))
+    c = x1[0].T @ x2[0]
+    g = c + c.T
+    s1 = x1[0].T @ x1[0] + g
+    ref_gs = gram_mod._symmetrized((s1 + x2[0].T @ x2[0])[None])[0]
+    assert np.array_equal(gs[0], ref_gs)
+    with mpmath.workdps(50):
+        gm = _mp(_exact_gamma(m, u))
+        ref = (4 * _mp(u) * (_fro(g) + _fro(s1) + _fro(ref_gs)) + 2 * gm * _fro(x1[0]) * _fro(x2[0])
+               + gm * _fro(x2[0]) ** 2 + 3 * _tiny_ref(r, r, m, eta))
+        _pinned(eps[0], ref, "eps_x (split)")
+
+
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL) + sorted(FACTORED))
 def test_adversarial_suites_with_the_split_forced_on_contain_mpmath(name, monkeypatch):
     monkeypatch.setattr(gram_mod, "SPLIT_ORTHOGONALITY_FROM", 1)
+    monkeypatch.setattr(gram_mod, "SPLIT_GRAM_FROM", 1)
     mat = dense(ADVERSARIAL[name]) if name in ADVERSARIAL else factored(*FACTORED[name])
     check_batch([mat])
 
