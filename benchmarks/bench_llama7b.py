@@ -248,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--formats", nargs="+", default=["safetensors", "gguf"], choices=("safetensors", "gguf"))
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--what", nargs="+", default=["certify", "spectra", "plain"],
-                    choices=("certify", "spectra", "plain", "dask", "profile"))
+                    choices=("certify", "spectra", "plain", "dask", "dask-spectra", "profile"),
+                    help="certify / spectra: in process; dask: certify on the cluster; dask-spectra: spectra "
+                         "there too; plain: the plain SVDs; profile: layer 0's enclosures kind by kind")
     ap.add_argument("--plain-heads", type=int, default=None,
                     help="value-output products per layer in the plain run (default all; the rest extrapolated)")
     ap.add_argument("--dir", default=None, help="scratch folder for the checkpoint (default: a temp dir)")
@@ -293,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
                 for kind, row in pr["kinds"].items():
                     print(f"  layer 0 {kind:8s} x{row['matrices']:<3d} {row['cpu_s']:7.1f} CPU s  {row['methods']}  "
                           f"width {row['rel_width_sigma_1']:.1e}  {row['self_time_s']}", flush=True)
-            if "dask" in args.what:
-                runs["dask"] = d = on_dask(ckpt, args.workers, "spectra" in args.what)
+            if "dask" in args.what or "dask-spectra" in args.what:
+                runs["dask"] = d = on_dask(ckpt, args.workers, "dask-spectra" in args.what)
                 same = None
                 if "certify" in runs:
                     same = d["certificate"] == runs["certify"]["certificate"]
