@@ -3,31 +3,35 @@ against a plain float64 numpy SVD of the same matrices (issue 31).
 
 Usage:
     .venv/bin/python benchmarks/bench_llama7b.py [--layers 1] [--formats safetensors gguf]
-        [--workers 2] [--what certify spectra plain] [--plain-heads H] [--dir DIR] [--keep]
-        [--checkpoint-dir DIR] [--shape N,H,FF] [--json FILE]
+        [--what plain certify dask profile ...] [--workers 2] [--plain-heads H]
+        [--dir DIR] [--keep] [--checkpoint-dir DIR] [--shape N,H,FF] [--json FILE]
 
 Writes the checkpoint of ``benchmarks/llama7b.py`` (``--layers`` of the 32 layers, float16
-safetensors shards and/or GGUF Q4_K) into a temporary folder (deleted at the end unless
-``--keep``; ``--checkpoint-dir`` reuses one written before), then measures, every side with one
-BLAS thread:
+safetensors shards and/or GGUF Q4_K) into a temporary folder under ``--dir`` (deleted at the end
+unless ``--keep``; ``--checkpoint-dir`` reuses one written before), then measures, every side with
+one BLAS thread and in a fresh interpreter (``--what``):
 
-- ``specbound certify CKPT --n 1000000 --json`` and ``specbound spectra CKPT --json`` in process
-  (a fresh interpreter each: wall, CPU, peak RSS of that process);
-- the same through a fresh local cluster of ``--workers`` single-threaded workers
-  (``specbound.engine``; wall, the workers' CPU, each worker's peak RSS ``VmHWM`` and the client's),
-  the certificate compared byte for byte with the in-process one;
-- plain: an independent numpy script (imports nothing from specbound) that reads the same tensors,
-  forms the covered matrices of the Llama-style analysis model (per head W_Q^h, N x d_h; per
-  key/value group W_K^g; per head the dense product W_V^g W_O^h, N x N; gate, up, down) and takes
-  ``np.linalg.svd(..., compute_uv=False)`` of each: CPU seconds per kind and in total.  With
-  ``--plain-heads H`` only the first H of the value-output products are computed per layer and the
-  time of that kind is scaled by heads / H (stated in the report: every head has the same shape,
-  so each costs the same).
+- ``certify``: ``specbound.pipeline.certify(CKPT, n=10**6)`` in process (what ``specbound certify
+  CKPT --n 1000000`` runs): wall, CPU, peak RSS, the client's steps.  Skipped with a note when the
+  machine cannot hold every layer in float64, which an in-process run does today (48 GB at 32
+  layers);
+- ``spectra``: ``specbound spectra CKPT --json`` in process (layer tasks run here);
+- ``dask`` / ``dask-spectra``: certify (and spectra) through a fresh local cluster of ``--workers``
+  single-threaded workers (``benchmarks/bench_dask.run_engine``): wall, the workers' CPU, each
+  worker's peak RSS (``VmHWM``) and the client's; the certificate compared byte for byte with the
+  in-process one;
+- ``plain``: an independent numpy script (imports nothing from specbound) that reads the same
+  tensors, forms the covered matrices of the Llama-style analysis model (per head W_Q^h, N x d_h;
+  per key/value group W_K^g; per head the dense product W_V^g W_O^h, N x N; gate, up, down) and
+  takes ``np.linalg.svd(..., compute_uv=False)`` of each: CPU seconds per kind and in total.  With
+  ``--plain-heads H`` only the first H value-output products per layer are computed and that kind's
+  time is scaled by heads / H (reported as extrapolated; every head has the same shape);
+- ``profile``: layer 0's enclosures kind by kind (CPU, route, width of sigma_1, self time of the
+  main steps).
 
-Extrapolation to 32 layers: every layer has the same shapes, so per-layer costs are the measured
-total minus the fixed costs (start-up, hashing the shards, the client's plan and bound) divided by
-the layers measured; the report states which figures are measured and which extrapolated.  The
-machine may be shared: CPU seconds are the steadier figure.
+Ratios are CPU seconds against the plain run's (extrapolated) CPU seconds.  Every layer has the same
+shapes, so the figures of 1 and 2 layers extrapolate linearly to 32 (docs/scaling.md states which
+are measured).  The machine may be shared: CPU seconds are the steadier figure.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -238,8 +244,21 @@ def plain(ckpt: Path, fmt: str, heads_done: int) -> dict:
     return doc
 
 
-def per_layer(total: float, fixed: float, layers: int) -> float:
-    return max(0.0, total - fixed) / max(1, layers)
+def in_process_bytes(shapes: llama7b.Shapes) -> int:
+    """What ``certify`` in process holds: every covered weight of every layer in float64."""
+    per_layer = sum(int(np.prod(llama7b.projection_shape(shapes, n))) for n in llama7b.PROJECTIONS)
+    return 8 * per_layer * shapes.layers
+
+
+def available_bytes() -> int:
+    """MemAvailable of this machine (Linux), or a large number where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,7 +301,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  plain SVDs: {p['cpu_s']:.1f} CPU s ({p['wall_s']:.1f} s wall), peak {p['peak_rss_mb']:.0f} MB; "
                       f"by kind {json.dumps({k: round(v, 1) for k, v in p['by_kind_cpu_s'].items()})}; "
                       f"all heads: {p['extrapolated_cpu_s']:.1f} CPU s", flush=True)
-            if "certify" in args.what:
+            need = in_process_bytes(shapes)
+            if "certify" in args.what and need > 0.8 * available_bytes():
+                runs["certify_skipped"] = (f"in process certify holds every layer in float64 ({need / 2**30:.0f} GiB), more "
+                                           f"than this machine has available; run it with --workers or fewer --layers")
+                print(f"  {runs['certify_skipped']}", flush=True)
+            elif "certify" in args.what:
                 runs["certify"] = c = certify_in_process(ckpt)
                 print(f"  certify in process: {c['cpu_s']:.1f} CPU s ({c['wall_s']:.1f} s wall), peak {c['peak_rss_mb']:.0f} MB, "
                       f"steps {c['certify_steps_s']}, methods {c['methods']}", flush=True)
