@@ -6,7 +6,10 @@ limits and fallback policy): ``proofs_notes/gram_enclosure.md``.  Floats (LAPACK
 dgemm) only *choose* the approximate quantities; every bound is assembled in binary64 with outward
 rounding by ``np.nextafter`` (valid under round-to-nearest, checked at import).  Factored matrices of
 one shape are stacked and processed together (batched r x r cores); dense matrices use the Gram on
-their small side.  Whenever a check fails the matrix goes to :func:`specbound.certified.factored.enclose`.
+their small side.  At large sizes (eigenvector matrices from p = 1024, factor Grams from inner
+dimension 2048) the products whose worst-case rounding would dominate the width are formed through an
+exact split of one factor (proof note section 5b).  Whenever a check fails the matrix goes to
+:func:`specbound.certified.factored.enclose`.
 """
 
 from __future__ import annotations
