@@ -4,6 +4,7 @@ spectrum, and both files read back by specbound as the Llama-style model they cl
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from fractions import Fraction
@@ -16,7 +17,7 @@ gguf = pytest.importorskip("gguf")
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
-import llama7b  # noqa: E402
+llama7b = importlib.import_module("llama7b")  # a script of benchmarks/, not an installed package
 
 from specbound.checkpoint import load_weights, open_checkpoint  # noqa: E402
 from tests.specbound.test_formats_gguf import ref_q4_k  # noqa: E402
