@@ -12,9 +12,8 @@ unless ``--keep``; ``--checkpoint-dir`` reuses one written before), then measure
 one BLAS thread and in a fresh interpreter (``--what``):
 
 - ``certify``: ``specbound.pipeline.certify(CKPT, n=10**6)`` in process (what ``specbound certify
-  CKPT --n 1000000`` runs): wall, CPU, peak RSS, the client's steps.  Skipped with a note when the
-  machine cannot hold every layer in float64, which an in-process run does today (48 GB at 32
-  layers);
+  CKPT --n 1000000`` runs): wall, CPU, peak RSS, the client's steps.  In process the engine runs the
+  same layer tasks as a worker does, one layer held at a time;
 - ``spectra``: ``specbound spectra CKPT --json`` in process (layer tasks run here);
 - ``dask`` / ``dask-spectra``: certify (and spectra) through a fresh local cluster of ``--workers``
   single-threaded workers (``benchmarks/bench_dask.run_engine``): wall, the workers' CPU, each
@@ -244,23 +243,6 @@ def plain(ckpt: Path, fmt: str, heads_done: int) -> dict:
     return doc
 
 
-def in_process_bytes(shapes: llama7b.Shapes) -> int:
-    """What ``certify`` in process holds: every covered weight of every layer in float64."""
-    per_layer = sum(int(np.prod(llama7b.projection_shape(shapes, n))) for n in llama7b.PROJECTIONS)
-    return 8 * per_layer * shapes.layers
-
-
-def available_bytes() -> int:
-    """MemAvailable of this machine (Linux), or a large number where unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 1 << 62
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=1, help="layers written and measured (default 1; 32: the whole model)")
@@ -301,12 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  plain SVDs: {p['cpu_s']:.1f} CPU s ({p['wall_s']:.1f} s wall), peak {p['peak_rss_mb']:.0f} MB; "
                       f"by kind {json.dumps({k: round(v, 1) for k, v in p['by_kind_cpu_s'].items()})}; "
                       f"all heads: {p['extrapolated_cpu_s']:.1f} CPU s", flush=True)
-            need = in_process_bytes(shapes)
-            if "certify" in args.what and need > 0.8 * available_bytes():
-                runs["certify_skipped"] = (f"in process certify holds every layer in float64 ({need / 2**30:.0f} GiB), more "
-                                           f"than this machine has available; run it with --workers or fewer --layers")
-                print(f"  {runs['certify_skipped']}", flush=True)
-            elif "certify" in args.what:
+            if "certify" in args.what:
                 runs["certify"] = c = certify_in_process(ckpt)
                 print(f"  certify in process: {c['cpu_s']:.1f} CPU s ({c['wall_s']:.1f} s wall), peak {c['peak_rss_mb']:.0f} MB, "
                       f"steps {c['certify_steps_s']}, methods {c['methods']}", flush=True)

