@@ -6,7 +6,10 @@ limits and fallback policy): ``proofs_notes/gram_enclosure.md``.  Floats (LAPACK
 dgemm) only *choose* the approximate quantities; every bound is assembled in binary64 with outward
 rounding by ``np.nextafter`` (valid under round-to-nearest, checked at import).  Factored matrices of
 one shape are stacked and processed together (batched r x r cores); dense matrices use the Gram on
-their small side.  Whenever a check fails the matrix goes to :func:`specbound.certified.factored.enclose`.
+their small side.  At large sizes (eigenvector matrices from p = 1024, factor Grams from inner
+dimension 2048) the products whose worst-case rounding would dominate the width are formed through an
+exact split of one factor (proof note section 5b).  Whenever a check fails the matrix goes to
+:func:`specbound.certified.factored.enclose`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,13 @@ import numpy as np
 from flint import arb
 
 from specbound.certified.arb import check_finite, pow2
-from specbound.certified.enclosure import SingularValueEnclosure, scaled_enclosure, zero_enclosure
+from specbound.certified.enclosure import (
+    SingularValueEnclosure,
+    ozaki_split,
+    scaled_enclosure,
+    split_beta,
+    zero_enclosure,
+)
 from specbound.certified.factored import enclose as enclose_residual
 from specbound.certified.float_environment import rounds_to_nearest
 from specbound.errors import CertificationError
@@ -34,6 +43,15 @@ DEFAULT_MAX_RELATIVE_WIDTH = 1e-9
 # Prescaling by a power of two only when the largest entry leaves [2**-SAFE_EXP, 2**SAFE_EXP]: inside
 # it no float step below can overflow and underflow terms stay negligible (proof note section 2).
 SAFE_EXP = 200
+# From this size of the eigenvector matrix Z (p x p) on, ||Z^T Z - I|| is bounded through an exact
+# split product (proof note section 5b) instead of one float product, whose rounding term
+# gamma_p ||Z||_F^2 ~ p^2 u (1.2e-10 at p = 1024, 1.9e-9 at p = 4096) alone would exceed the
+# default width limit times the spread and send every large feed-forward matrix to the residual route.
+SPLIT_ORTHOGONALITY_FROM = 1024
+# Likewise from this inner dimension m on, the r x r Grams of a factored head's factors are formed
+# through the exact split: their rounding term gamma_m ||F||_F^2 ||G||_F^2 is what limits the width
+# of a head's sigma_1 (8e-10 of the 1e-9 limit for Llama-7B's value-output heads, N = 4096).
+SPLIT_GRAM_FROM = 2048
 
 
 def _check_rounding_mode() -> None:
@@ -85,7 +103,10 @@ def _sq_up(x):
 
 
 def _symmetrized(s: np.ndarray) -> np.ndarray:
-    """Upper triangle mirrored: exactly symmetric, every entry one of the computed entries."""
+    """Upper triangle mirrored: exactly symmetric, every entry one of the computed entries (``s``
+    itself when it is exactly symmetric already, as a Gram from BLAS syrk is)."""
+    if np.array_equal(s, np.swapaxes(s, -1, -2)):
+        return s
     return np.triu(s) + np.swapaxes(np.triu(s, 1), -1, -2)
 
 
@@ -109,24 +130,82 @@ def _eigen_square_bounds(s: np.ndarray, eps0: np.ndarray):
 
 def _eigen_error(s: np.ndarray, d: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(eps_e, delta) of proof note section 5 per batch member: for any floats z (B, p, p) and d (B, p),
-    ``|lambda_i(s) - d_(i)| <= eps_e`` whenever ``delta < 1`` (outward rounded)."""
+    ``|lambda_i(s) - d_(i)| <= eps_e`` whenever ``delta < 1`` (outward rounded).  delta bounds
+    ||Z^T Z - I||_F through the exact split of section 5b from p = SPLIT_ORTHOGONALITY_FROM on."""
     p = s.shape[-1]
-    r = s @ z - z * d[:, None, :]
-    e = np.swapaxes(z, -1, -2) @ z
-    idx = np.arange(p)
-    e[:, idx, idx] -= 1.0
+    r = s @ z
+    for j in range(0, p, 512):  # R = S Z - Z diag(d), by column blocks (no p x p temporary)
+        r[:, :, j:j + 512] -= z[:, :, j:j + 512] * d[:, None, j:j + 512]
     g = _gamma(p)
     fz = _fro_up(z)
     tiny = _tiny(p, p, p)
     dmax = np.abs(d).max(axis=-1)
     rn = _up(_up(_fro_up(r) * GROWTH) + _up(_up(g * _fro_up(s)) * fz))
     rn = _up(_up(rn + _up(_up(4.0 * UNIT_ROUNDOFF * fz) * dmax)) + tiny)
-    delta = _up(_up(_up(_fro_up(e) * GROWTH) + _up(g * _sq_up(fz))) + tiny)
+    del r
+    delta = _orthogonality_split(z) if p >= SPLIT_ORTHOGONALITY_FROM else None
+    if delta is None:
+        delta = _orthogonality_float(z, fz)
     spread = _up(d[:, -1] - d[:, 0])
     with np.errstate(invalid="ignore", divide="ignore"):
         denom = _dn(np.sqrt(_dn(1.0 - delta)))
         eps_e = _up(_up(_up(delta * spread) + rn) / denom)
     return eps_e, delta
+
+
+def _orthogonality_float(z: np.ndarray, fz: np.ndarray) -> np.ndarray:
+    """Floats (B,) >= ||Z^T Z - I||_F from one float product (proof note section 5); ``fz`` bounds ||Z||_F."""
+    p = z.shape[-1]
+    e = np.swapaxes(z, -1, -2) @ z
+    idx = np.arange(p)
+    e[:, idx, idx] -= 1.0
+    return _up(_up(_up(_fro_up(e) * GROWTH) + _up(_gamma(p) * _sq_up(fz))) + _tiny(p, p, p))
+
+
+def _split_columns(z: np.ndarray, beta: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Z = Z1 + Z2 exactly, column by column (proof note section 5b, Ozaki's split of
+    :func:`~specbound.certified.enclosure.ozaki_split`): with 2^(t-1) <= max|column| < 2^t, Z1 lies on the
+    grid 2^(t - beta) with |Z1| <= 2^t and Z2 = Z - Z1.  Returns (Z1, Z2, t), zero columns with
+    t = 10**6, or None when a column's grid would near the subnormal range (t - beta < -500), its
+    products could overflow (t > 500), an entry is not finite, or the a-posteriori grid check fails."""
+    mx = np.maximum(z.max(axis=-2), -z.min(axis=-2))
+    if not np.all(np.isfinite(mx)):
+        return None
+    t = np.frexp(mx)[1][mx > 0]
+    if t.size and (int(t.min()) - beta < -500 or int(t.max()) > 500):
+        return None
+    return ozaki_split(z, axis=-2, beta=beta)
+
+
+def _orthogonality_split(z: np.ndarray) -> np.ndarray | None:
+    """Floats (B,) >= ||Z^T Z - I||_F through the exact split Z = Z1 + Z2 (proof note section 5b), or
+    None when a column's grid would leave the normal range or its products overflow (then the caller
+    uses :func:`_orthogonality_float`)."""
+    p = z.shape[-1]
+    split = _split_columns(z, split_beta(p))
+    if split is None:
+        return None
+    z1, z2, _ = split
+    zt1 = np.swapaxes(z1, -1, -2)
+    e = zt1 @ z1  # exact (section 5b)
+    idx = np.arange(p)
+    e[:, idx, idx] -= 1.0  # E0 = Z1^T Z1 - I
+    c = zt1 @ z2  # C ~ Z1^T Z2
+    del zt1
+    gp = _gamma(p)
+    f1, f2 = _fro_up(z1), _fro_up(z2)
+    del z1
+    norms = _fro_up(e)
+    e += c  # E1 = E0 + C
+    norms = _up(norms + _fro_up(e))
+    e += np.swapaxes(c, -1, -2)  # E2 = E1 + C^T
+    norms = _up(norms + _fro_up(e))
+    np.matmul(np.swapaxes(z2, -1, -2), z2, out=c)  # Z2^T Z2
+    e += c  # E = E2 + Z2^T Z2
+    fe = _fro_up(e)
+    sums = _up(_up(norms + fe) * (4.0 * UNIT_ROUNDOFF))
+    products = _up(_up(2.0 * gp * _up(f1 * f2)) + _up(gp * _sq_up(f2)))
+    return _up(_up(_up(fe + sums) + products) + 3.0 * _tiny(p, p, p))
 
 
 def _square_root_bounds(lo2: np.ndarray, hi2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -167,6 +246,29 @@ def _cholesky_factors(gy: np.ndarray) -> np.ndarray:
     return out
 
 
+def _column_gram(x: np.ndarray, tiny: float) -> tuple[np.ndarray, np.ndarray]:
+    """(Gs, eps): an exactly symmetric float Gs (B, r, r) and floats eps (B,) >= ||Gs - X^T X||_F for
+    the stack x (B, m, r), where ``tiny`` >= tiny(r, r, m) covers one product's underflow: one float
+    product (sections 3, 4), or from m >= SPLIT_GRAM_FROM the exact split of section 5b
+    (Gs = X1^T X1 + (C + C^T) + X2^T X2, error ~ u ||X^T X|| instead of m u ||X||_F^2)."""
+    m = x.shape[1]
+    split = _split_columns(x, split_beta(m)) if m >= SPLIT_GRAM_FROM else None
+    if split is None:
+        return _symmetrized(np.swapaxes(x, -1, -2) @ x), _up(_up(_gamma(m) * _sq_up(_fro_up(x))) + tiny)
+    x1, x2, _ = split
+    x1t = np.swapaxes(x1, -1, -2)
+    c = x1t @ x2
+    g = c + np.swapaxes(c, -1, -2)  # exactly symmetric (fl is commutative)
+    s1 = x1t @ x1 + g  # X1^T X1 is exact and symmetric
+    # mirrored after the last sum: the error bound below uses the mirrored Gram's norm (section 5b)
+    gs = _symmetrized(s1 + np.swapaxes(x2, -1, -2) @ x2)
+    gm = _gamma(m)
+    f1, f2 = _fro_up(x1), _fro_up(x2)
+    sums = _up(_up(_up(_fro_up(g) + _fro_up(s1)) + _fro_up(gs)) * (4.0 * UNIT_ROUNDOFF))
+    products = _up(_up(2.0 * gm * _up(f1 * f2)) + _up(gm * _sq_up(f2)))
+    return gs, _up(_up(sums + products) + 3.0 * tiny)
+
+
 def _factored_square_bounds(f: np.ndarray, g: np.ndarray):
     """f (B, m, r), g (B, r, n) prescaled: bounds of the r eigenvalues of Gx^1/2 Gy Gx^1/2, whose
     top min(m, n, r) are sigma_i(f_b g_b)^2."""
@@ -174,10 +276,8 @@ def _factored_square_bounds(f: np.ndarray, g: np.ndarray):
     n = g.shape[2]
     gr = _gamma(r)
     tiny = _tiny(r, r, max(m, n, r))
-    gx = _symmetrized(np.swapaxes(f, -1, -2) @ f)
-    gy = _symmetrized(g @ np.swapaxes(g, -1, -2))
-    eps_x = _up(_up(_gamma(m) * _sq_up(_fro_up(f))) + tiny)
-    eps_y = _up(_up(_gamma(n) * _sq_up(_fro_up(g))) + tiny)
+    gx, eps_x = _column_gram(f, tiny)  # F^T F
+    gy, eps_y = _column_gram(np.swapaxes(g, -1, -2), tiny)  # G G^T
     lf = _cholesky_factors(gy)
     fl = _fro_up(lf)
     fl2 = _sq_up(fl)
@@ -201,7 +301,7 @@ def _factored_square_bounds(f: np.ndarray, g: np.ndarray):
 def _prescale(stack: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(scaled stack, exponents e (B,), exact (B,)): scaled_b = 2**-e_b stack_b; e_b = 0 unless the
     largest entry leaves [2**-SAFE_EXP, 2**SAFE_EXP]."""
-    mx = np.abs(stack).max(axis=(1, 2))
+    mx = np.maximum(stack.max(axis=(1, 2)), -stack.min(axis=(1, 2)))  # max |entry|, without an |stack| copy
     _, e = np.frexp(mx)
     need = (mx > 0) & ((e > SAFE_EXP) | (e < -SAFE_EXP))
     e = np.where(need, e, 0).astype(np.int64)

@@ -46,6 +46,9 @@ NUMPY_BATCH_BYTES = 1 << 22
 """Largest float64 stack of dense matrices formed at once by the numpy backend (4 MiB): LAPACK
 loops over a stack anyway, so small chunks cost no time and keep peak memory near one matrix."""
 
+SCHATTEN_BLOCK_ELEMENTS = 1 << 18
+"""Entries of the (rows, K, P) table of powers :func:`schatten_powers` forms at once (2 MiB)."""
+
 
 @dataclass(frozen=True, eq=False)
 class Spectra:
@@ -140,25 +143,51 @@ def compute_spectra_numpy(
     n11 = np.zeros_like(frob)
     for (m, n, _), members in _groups(matrices).items():
         step = max(1, max_batch_bytes // max(1, m * n * 8))
+        k = min(m, n)
         for start in range(0, len(members), step):
             idx = members[start : start + step]
-            chunk = [matrices[j] for j in idx]
-            left = np.stack([np.asarray(c.left, dtype=np.float64) for c in chunk])
-            dense = left @ np.stack([np.asarray(c.right, dtype=np.float64) for c in chunk]) if chunk[0].is_factored else left
-            if any(c.scale_sq != 1 for c in chunk):  # a score scale not folded into the factors (float path)
-                dense = dense * np.array([c.scale for c in chunk], dtype=np.float64)[:, None, None]
-            k = min(m, n)
+            dense = _dense_chunk([matrices[j] for j in idx])
             if k:
-                values[idx, :k] = np.linalg.svd(dense.astype(dtype, copy=False), compute_uv=False)
-            sq = dense * dense
-            frob[idx] = np.sqrt(sq.sum(axis=(-2, -1)))
-            n21[idx] = np.sqrt(sq.sum(axis=-2)).sum(axis=-1)
-            n11[idx] = np.abs(dense).sum(axis=(-2, -1))
-            del dense, sq, left
+                values[idx, :k] = np.linalg.svd(dense if dtype == "float64" else dense.astype(dtype),
+                                                compute_uv=False)
+            frob[idx], n21[idx], n11[idx] = _entry_norms(dense)
+            del dense
             if progress is not None:
                 progress.advance(len(idx))
     counts = np.array([min(m.shape) for m in matrices], dtype=np.int64)
     return Spectra(matrices, values, counts, frob, n21, n11)
+
+
+def _stacked(arrays: list) -> np.ndarray:
+    """float64 stack (B, m, n) of ``arrays``; one float64 array is a view, not a copy (the large
+    feed-forward matrices come one per chunk)."""
+    if len(arrays) == 1:
+        return np.ascontiguousarray(arrays[0], dtype=np.float64)[None]
+    return np.stack([np.asarray(a, dtype=np.float64) for a in arrays])
+
+
+def _dense_chunk(chunk: Sequence[NamedMatrix]) -> np.ndarray:
+    """The float64 values of a chunk of same-shape matrices, (B, m, n): factored ones multiplied
+    out, a left-over score scale applied (in place on a product, which is this function's own)."""
+    dense = _stacked([c.left for c in chunk])
+    scale = [c.scale for c in chunk] if any(c.scale_sq != 1 for c in chunk) else None
+    if chunk[0].is_factored:
+        dense = dense @ _stacked([c.right for c in chunk])
+        if scale is not None:  # a score scale not folded into the factors (float path)
+            dense *= np.array(scale, dtype=np.float64)[:, None, None]
+    elif scale is not None:
+        dense = dense * np.array(scale, dtype=np.float64)[:, None, None]
+    return dense
+
+
+def _entry_norms(dense: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(Frobenius, (2,1), (1,1)) norms of each matrix of the stack ``dense`` (B, m, n): one scratch
+    array for the squares and then the absolute values (same reductions, same values)."""
+    scratch = np.multiply(dense, dense)
+    frob = np.sqrt(scratch.sum(axis=(-2, -1)))
+    n21 = np.sqrt(scratch.sum(axis=-2)).sum(axis=-1)
+    n11 = np.abs(dense, out=scratch).sum(axis=(-2, -1))
+    return frob, n21, n11
 
 
 def compute_spectra(
@@ -242,10 +271,15 @@ def schatten_powers(values, counts, ps):
     """
     if isinstance(values, np.ndarray):
         ps = np.asarray(ps, dtype=values.dtype)
-        positive = (values > 0)[:, :, None]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            powers = np.where(positive, values[:, :, None] ** ps[None, None, :], 0.0)
-        sums = powers.sum(axis=1)
+        sums = np.empty((values.shape[0], ps.size), dtype=values.dtype)
+        # a few rows at a time: the (rows, K, P) table of powers stays small (cache, no page faults);
+        # each row's sums are the same reductions as over the whole table
+        step = max(1, SCHATTEN_BLOCK_ELEMENTS // max(1, values.shape[1] * ps.size))
+        for start in range(0, values.shape[0], step):
+            block = values[start : start + step, :, None]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                powers = np.where(block > 0, block ** ps[None, None, :], 0.0)
+            sums[start : start + step] = powers.sum(axis=1)
         rank = numerical_rank(values, counts).astype(values.dtype)
         return np.where((ps == 0)[None, :], rank[:, None], sums)
     import torch

@@ -10,7 +10,7 @@ exposed here are reversed into numpy row-major order, so a linear layer's weight
 ``(out_features, in_features)`` orientation of ``torch.nn.Linear``.
 
 Values.  Storage types F32, F64, F16 and BF16 widen exactly to float32/float64.  The quantized
-types in :data:`EXACT_QUANT_TYPES` are dequantized by ``gguf.quants.dequantize``; for each of them
+types in :data:`EXACT_QUANT_TYPES` are dequantized by ``gguf.quants``' block decoders; for each of them
 every binary32 operation of the block formula is exact except at most one final subtraction, which
 is a single correctly rounded binary32 operation, so the result is the unique float32 the format
 defines and equals llama.cpp's own dequantization bit for bit (argument: docs/formats.md).  Other
@@ -19,7 +19,9 @@ quantized types are refused by name.
 
 from __future__ import annotations
 
+import copy
 import mmap
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -82,6 +84,24 @@ class _Cursor:
     def u64(self, what: str) -> int:
         return int(self.unpack("<Q", 8, what))
 
+    def skip_strings(self, count: int, what: str) -> None:
+        """Skip ``count`` length-prefixed strings without decoding them, with the bounds checks of
+        :meth:`need` (a token vocabulary holds ~10^5 of them: one tight loop, no call per item)."""
+        unpack, buf, pos, size = struct.unpack_from, self.buf, self.pos, self.size
+        for _ in range(count):
+            if pos + 8 > size:
+                break
+            end = pos + 8 + unpack("<Q", buf, pos)[0]
+            if end > size:
+                break
+            pos = end
+        else:
+            self.pos = pos
+            return
+        self.pos = pos  # the failing item: raise the error of the item-by-item reader
+        n = self.u64(what)
+        self.need(n, what)
+
     def string(self, what: str) -> str:
         n = self.u64(what)
         self.need(n, what)
@@ -109,10 +129,7 @@ class _Cursor:
                 self.pos += count * _SCALARS[itype][1]
                 return None
             if itype == _STRING and (not keep or count > CONFIG_ARRAY_LIMIT):
-                for _ in range(count):  # skip without decoding (token vocabularies are large)
-                    n = self.u64(what)
-                    self.need(n, what)
-                    self.pos += n
+                self.skip_strings(count, what)
                 return None
             keep_items = keep and count <= CONFIG_ARRAY_LIMIT
             items = [self.value(itype, what, keep_items) for _ in range(count)]
@@ -208,6 +225,24 @@ def _refuse_overlaps(path: Path, infos: dict[str, tuple]) -> None:
             )
 
 
+_HEADERS: dict[tuple, tuple] = {}
+"""Parsed headers of the files opened last, by (path, device, inode, size, mtime): a layer-wise run
+opens the same file once per layer, and a header with a token vocabulary takes ~0.1 s to parse."""
+_HEADERS_KEPT = 4
+
+
+def _parsed_header(buf: mmap.mmap, path: Path, key: tuple) -> tuple[dict[str, Any], dict[str, tuple], int]:
+    """:func:`_parse` of the file identified by ``key``, reused while the file is unchanged (same
+    inode, size and modification time); the metadata is returned as a copy."""
+    if key not in _HEADERS:
+        header = _parse(buf, path)
+        while len(_HEADERS) >= _HEADERS_KEPT:
+            _HEADERS.pop(next(iter(_HEADERS)))
+        _HEADERS[key] = header
+    kv, infos, start = _HEADERS[key]
+    return copy.deepcopy(kv), infos, start
+
+
 def _value_dtype(type_name: str) -> str:
     """The dtype of the exact values a stored type yields (every quantized type: float32)."""
     return "float64" if type_name == "F64" else "float32"
@@ -222,9 +257,10 @@ def open_gguf(path: Path) -> Opened:
     try:
         with open(path, "rb") as fh:
             buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            st = os.fstat(fh.fileno())
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{path}: cannot be memory-mapped ({one_line(exc)})") from None
-    kv, infos, start = _parse(buf, path)
+    kv, infos, start = _parsed_header(buf, path, (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
     config = {k: v for k, v in kv.items() if v is not None}
     metadata = {k: str(v) for k, v in config.items()}
     shapes = {name: info[0] for name, info in infos.items()}
@@ -269,7 +305,35 @@ def dequantize(
     qtype = gguf.GGMLQuantizationType[type_name]
     rows = raw.reshape(-1, nbytes // max(1, n_elements // shape[-1]))
     try:
-        values = gguf.quants.dequantize(rows, qtype)
+        values = _dequantize_rows(gguf, rows, qtype)
     except Exception as exc:  # pragma: no cover - sizes were checked when the header was parsed
         raise CheckpointError(f"{path}: tensor '{name}' cannot be dequantized ({one_line(exc)})")
     return np.asarray(values, dtype=np.float32).reshape(shape)
+
+
+DEQUANTIZE_CHUNK_ELEMENTS = 1 << 18
+"""Entries dequantized per call of the format's block decoder (1 MiB of float32 plus the decoder's
+temporaries, a few times that)."""
+
+
+def _dequantize_rows(gguf: Any, rows: np.ndarray, qtype: Any) -> np.ndarray:
+    """``gguf.quants.dequantize(rows, qtype)``, bit for bit, in chunks of whole rows.
+
+    ``gguf.quants.dequantize`` calls the type's block decoder on groups of 16 rows, which at these
+    sizes spends most of its time in per-group numpy overhead (2.5 s of Python for Gemma 3 270M's
+    projections).  The decoder is elementwise binary32 arithmetic per block (no reduction across
+    blocks), so decoding more rows per call gives the same floats (a test compares every supported
+    type bit for bit).  Falls back to ``gguf.quants.dequantize`` where this gguf version has no
+    per-type ``dequantize_rows``."""
+    decoder = getattr(gguf.quants, qtype.name, None)
+    if decoder is None or not hasattr(decoder, "dequantize_rows"):
+        return gguf.quants.dequantize(rows, qtype)
+    if hasattr(decoder, "init_grid"):
+        decoder.init_grid()
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    row_length = rows.shape[1] // size * block
+    out = np.empty((rows.shape[0], row_length), dtype=np.float32)
+    step = max(1, DEQUANTIZE_CHUNK_ELEMENTS // max(1, row_length))
+    for start in range(0, rows.shape[0], step):
+        out[start : start + step] = decoder.dequantize_rows(rows[start : start + step])
+    return out

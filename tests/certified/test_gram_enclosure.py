@@ -4,6 +4,8 @@ independently by mpmath at 50 digits, on the adversarial suites of the residual 
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import mpmath
 import numpy as np
 import pytest
@@ -230,8 +232,6 @@ def test_pipeline_enclose_all_uses_the_default_route_and_keeps_the_old_one_selec
 # (ETA = 2**-1021) and the rounding factors 1 + 2 gamma_n -- are pinned in a second run with ETA and u
 # inflated (2**-30, 2**-20; the code reads both at call time): the formulas are polynomial in them.
 
-from fractions import Fraction  # noqa: E402
-
 U_EXACT = Fraction(1, 2**53)
 TIGHT = mpmath.mpf("1e-13")
 
@@ -403,3 +403,183 @@ def test_factored_gram_error_is_pinned_to_section_4(m, r, n, consts, monkeypatch
         eps_t = (gr * fl * _fro(mt[0]) + fl**2 * (gr * _fro(gx[0]) + eps_x)
                  + _fro((t - np.swapaxes(t, -1, -2))[0]) * growth + 3 * tiny)
         _pinned(eps0[0], eps_t + norm_gx * eps_delta, "eps0 (factored)")
+
+
+# --------------------------------------------------------------------------------------------------
+# delta through the exact split (proof note section 5b): forced on for the small adversarial suites,
+# compared with ||Z^T Z - I||_F in exact rational arithmetic, and in force by default from p = 1024
+
+
+def _exact_orthogonality(z: np.ndarray) -> Fraction:
+    """||Z^T Z - I||_F^2 of the float matrix z taken as exact, as a Fraction (independent of the code)."""
+    zf = [[Fraction(float(x)) for x in row] for row in z]
+    p = len(zf[0])
+    total = Fraction(0)
+    for i in range(p):
+        for j in range(p):
+            v = sum(zf[k][i] * zf[k][j] for k in range(len(zf))) - (1 if i == j else 0)
+            total += v * v
+    return total
+
+
+SPLIT_CASES = {
+    "eigenvectors 7x7": np.linalg.eigh(RNG.standard_normal((7, 7)) + RNG.standard_normal((7, 7)).T)[1],
+    "far from orthogonal": RNG.standard_normal((6, 6)),
+    "graded columns": RNG.standard_normal((5, 5)) * np.logspace(-30, 30, 5),
+    "zero column": np.hstack([np.linalg.qr(RNG.standard_normal((6, 5)))[0], np.zeros((6, 1))]),
+    "subnormal and huge entries": np.array([[5e-324, 1.0, 0.5], [1e-310, -3.0, 2.0**-1000], [1e300, 0.0, 1.0]]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPLIT_CASES))
+def test_split_orthogonality_bound_contains_the_exact_value_and_is_tight(name):
+    z = np.asarray(SPLIT_CASES[name], dtype=np.float64)
+    got = gram_mod._orthogonality_split(z[None])
+    exact = _exact_orthogonality(z)
+    if got is None:  # a grid below the normal range: the caller falls back to the float bound
+        assert name == "subnormal and huge entries"  # 2^-1074 and 1e300 in one matrix
+        return
+    bound = Fraction(float(got[0]))
+    assert bound * bound >= exact
+    assert bound * bound <= exact * Fraction(1 + 10**-6) ** 2 + Fraction(1, 10**60)  # tight: no p^2 u term
+
+
+def test_split_parts_are_exact_and_on_their_grids():
+    # (the case mixing 2^-1074 and 1e300 is refused before splitting: see the test above)
+    cases = [z for name, z in SPLIT_CASES.items() if name != "subnormal and huge entries"]
+    for z in cases + [RNG.standard_normal((40, 40)) * 1e-100, RNG.standard_normal((9, 9)) * 1e100]:
+        z = np.asarray(z, dtype=np.float64)[None]
+        beta = 5
+        z1, z2, t = gram_mod._split_columns(z, beta)
+        assert np.array_equal(z1 + z2, z)
+        live = t < 10**6
+        ints = np.ldexp(z1, np.where(live, beta - t, 0))
+        assert np.array_equal(ints, np.round(ints)) and np.all(np.abs(ints) <= 2.0**beta)
+        assert np.all(np.abs(z2) <= np.ldexp(1.0, np.where(live, t - beta - 1, 0)))
+
+
+def test_split_bound_removes_the_p2u_term_of_the_float_bound():
+    # at p = SPLIT_ORTHOGONALITY_FROM the float bound is dominated by gamma_p ||Z||_F^2 ~ p^2 u
+    # (1.2e-10); the split bound is LAPACK's true departure from orthogonality (~1e-13; its
+    # containment is checked exactly on small cases above)
+    p = gram_mod.SPLIT_ORTHOGONALITY_FROM
+    _, z = np.linalg.eigh(np.cov(RNG.standard_normal((p, p + 50))))
+    split = float(gram_mod._orthogonality_split(z[None])[0])
+    flt = float(gram_mod._orthogonality_float(z[None], gram_mod._fro_up(z[None]))[0])
+    assert flt > p * p * gram_mod.UNIT_ROUNDOFF / 2 and split < flt / 100
+
+
+@pytest.mark.parametrize("p", [2, 5, 9])
+def test_split_orthogonality_bound_is_pinned_to_section_5b(p, consts):
+    # the same float intermediates (E0, E1, E2, E~ by the same numpy operations: data), the formula of
+    # the note in 50-digit arithmetic: ||E~|| + 4u (||E0|| + ||E1|| + ||E2|| + ||E~||)
+    # + 2 gamma_p ||Z1|| ||Z2|| + gamma_p ||Z2||^2 + 3 tiny(p, p, p)
+    q = np.linalg.qr(np.random.default_rng(70 + p).standard_normal((p, p)))[0]
+    z = q[None]
+    got = gram_mod._orthogonality_split(z)
+    z1, z2, _ = gram_mod._split_columns(z, gram_mod.split_beta(p))
+    e0 = z1[0].T @ z1[0]
+    e0[np.arange(p), np.arange(p)] -= 1.0
+    c = z1[0].T @ z2[0]
+    e1 = e0 + c
+    e2 = e1 + c.T
+    e = e2 + z2[0].T @ z2[0]
+    eta, u = consts
+    with mpmath.workdps(50):
+        gp = _mp(_exact_gamma(p, u))
+        sums = 4 * _mp(u) * (_fro(e0) + _fro(e1) + _fro(e2) + _fro(e))
+        ref = _fro(e) + sums + 2 * gp * _fro(z1[0]) * _fro(z2[0]) + gp * _fro(z2[0]) ** 2 + 3 * _tiny_ref(p, p, p, eta)
+        _pinned(got[0], ref, "delta (split)")
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 9), st.integers(1, 5), st.integers(1, 9), st.integers(0, 2**32 - 1),
+       st.sampled_from([1e-150, 1.0, 1e150]))
+def test_property_factored_with_split_grams_contain_mpmath(m, r, n, seed, scale):
+    rng = np.random.default_rng(seed)
+    f = rng.standard_normal((m, r)) * scale
+    g = rng.standard_normal((r, n)) * np.logspace(-3, 3, n)
+    old = gram_mod.SPLIT_GRAM_FROM
+    gram_mod.SPLIT_GRAM_FROM = 1
+    try:
+        check_batch([factored(f, g)])
+    finally:
+        gram_mod.SPLIT_GRAM_FROM = old
+
+
+def test_split_column_gram_is_symmetric_contains_the_exact_gram_and_is_tight():
+    for x in [RNG.standard_normal((50, 6)), RNG.standard_normal((30, 4)) * np.logspace(-20, 20, 4),
+              np.hstack([RNG.standard_normal((9, 2)), np.zeros((9, 1))])]:
+        old = gram_mod.SPLIT_GRAM_FROM
+        gram_mod.SPLIT_GRAM_FROM = 1
+        try:
+            gram, eps = gram_mod._column_gram(x[None], gram_mod._tiny(x.shape[1], x.shape[1], x.shape[0]))
+        finally:
+            gram_mod.SPLIT_GRAM_FROM = old
+        assert np.array_equal(gram[0], gram[0].T)
+        xf = [[Fraction(float(v)) for v in row] for row in x]
+        r = x.shape[1]
+        err = sum((Fraction(float(gram[0][i, j])) - sum(row[i] * row[j] for row in xf)) ** 2
+                  for i in range(r) for j in range(r))
+        assert err <= Fraction(float(eps[0])) ** 2
+        exact_norm2 = sum(sum(row[i] * row[j] for row in xf) ** 2 for i in range(r) for j in range(r))
+        assert Fraction(float(eps[0])) ** 2 <= exact_norm2 * Fraction(1, 10**24)  # ~u ||X^T X||, not m u ||X||^2
+
+
+@pytest.mark.parametrize("m, r", [(7, 3), (12, 5)])
+def test_split_column_gram_error_is_pinned_to_section_5b(m, r, consts, monkeypatch):
+    # eps = 4u (||g|| + ||s1|| + ||Gs||) + 2 gamma_m ||X1|| ||X2|| + gamma_m ||X2||^2 + 3 tiny, from the
+    # same float intermediates (the same numpy operations: data), in 50-digit arithmetic
+    monkeypatch.setattr(gram_mod, "SPLIT_GRAM_FROM", 1)
+    x = np.random.default_rng(80 + m).standard_normal((1, m, r)) * np.logspace(-2, 2, r)
+    eta, u = consts
+    tiny = gram_mod._tiny(r, r, m)
+    gs, eps = gram_mod._column_gram(x, tiny)
+    x1, x2, _ = gram_mod._split_columns(x, gram_mod.split_beta(m))
+    c = x1[0].T @ x2[0]
+    g = c + c.T
+    s1 = x1[0].T @ x1[0] + g
+    ref_gs = gram_mod._symmetrized((s1 + x2[0].T @ x2[0])[None])[0]
+    assert np.array_equal(gs[0], ref_gs)
+    with mpmath.workdps(50):
+        gm = _mp(_exact_gamma(m, u))
+        ref = (4 * _mp(u) * (_fro(g) + _fro(s1) + _fro(ref_gs)) + 2 * gm * _fro(x1[0]) * _fro(x2[0])
+               + gm * _fro(x2[0]) ** 2 + 3 * _tiny_ref(r, r, m, eta))
+        _pinned(eps[0], ref, "eps_x (split)")
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL) + sorted(FACTORED))
+def test_adversarial_suites_with_the_split_forced_on_contain_mpmath(name, monkeypatch):
+    monkeypatch.setattr(gram_mod, "SPLIT_ORTHOGONALITY_FROM", 1)
+    monkeypatch.setattr(gram_mod, "SPLIT_GRAM_FROM", 1)
+    mat = dense(ADVERSARIAL[name]) if name in ADVERSARIAL else factored(*FACTORED[name])
+    check_batch([mat])
+
+
+def test_dropping_the_split_rounding_terms_is_caught(monkeypatch):
+    """Mutation: the split bound without its product and sum rounding terms falls below the exact
+    ||Z^T Z - I||_F for some Z (the comparison can fail)."""
+    real_gamma = gram_mod._gamma
+    monkeypatch.setattr(gram_mod, "UNIT_ROUNDOFF", 0.0)
+    monkeypatch.setattr(gram_mod, "_gamma", lambda n: 0.0)
+    missed = 0
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        q = np.linalg.qr(rng.standard_normal((8, 8)))[0]
+        bound = Fraction(float(gram_mod._orthogonality_split(q[None])[0]))
+        missed += bound * bound < _exact_orthogonality(q)
+    monkeypatch.setattr(gram_mod, "_gamma", real_gamma)
+    assert missed >= 1
+
+
+def test_a_wide_feed_forward_shape_stays_on_the_gram_route_and_meets_the_residual_route():
+    # p = 1024 = SPLIT_ORTHOGONALITY_FROM: the split is in force by default
+    n, f = 1024, 1100
+    u, _ = np.linalg.qr(RNG.standard_normal((n, n)))
+    v, _ = np.linalg.qr(RNG.standard_normal((f, n)))
+    w = (u * (1.0 + np.arange(n) / 16.0) ** -0.6) @ v.T
+    (enc,) = enclose_batch([dense(w)])
+    assert enc.method == METHOD
+    old = enclose_residual(dense(w))
+    assert all(_intersect(enc, old, i) for i in range(n))
+    assert float(enc.upper[0] - enc.lower[0]) < 1e-9 * float(enc.upper[0])

@@ -88,6 +88,19 @@ def test_numerical_rank_threshold_is_strict_and_scaled():
     assert numerical_rank(values, counts).tolist() == [2, 2]
 
 
+def test_schatten_powers_in_blocks_of_rows_equal_the_whole_table(monkeypatch):
+    # the numpy path forms the table of powers a few rows at a time; every sum must be the one the
+    # whole (J, K, P) table gives, bit for bit (the proxies' values must not move)
+    s = sp.compute_spectra_numpy(mixed_matrices(seed=3))
+    ps = np.array([0.0, 0.1, 0.5, 1.0, 1.7, 2.0])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table = np.where((s.values > 0)[:, :, None], s.values[:, :, None] ** ps[None, None, :], 0.0)
+    whole = np.where((ps == 0)[None, :], numerical_rank(s.values, s.counts)[:, None], table.sum(axis=1))
+    for block in (1, 7, 10**9):
+        monkeypatch.setattr(sp, "SCHATTEN_BLOCK_ELEMENTS", block)
+        assert np.array_equal(schatten_powers(s.values, s.counts, ps), whole)
+
+
 def test_schatten_powers_match_a_loop_and_mask_zeros():
     s = compute_spectra(mixed_matrices())
     ps = torch.tensor([0.0, 0.1, 0.5, 1.0, 1.7, 2.0], dtype=torch.float64)

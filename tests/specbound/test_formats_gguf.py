@@ -125,7 +125,7 @@ def random_blocks(rng: np.random.Generator, qtype, n_blocks: int) -> np.ndarray:
     (normal or subnormal, any sign, widely spread exponents)."""
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
-    offsets = {"Q8_0": [0], "Q5_0": [0], "Q4_K": [0, 2], "Q6_K": [208]}[qtype.name]
+    offsets = {"Q8_0": [0], "Q5_0": [0], "Q4_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}[qtype.name]
     for off in offsets:
         halves = rng.integers(0, 0x7C00, size=n_blocks, dtype=np.uint16)  # exponent < 31: finite
         halves |= (rng.integers(0, 2, size=n_blocks, dtype=np.uint16) << 15)
@@ -176,6 +176,29 @@ def test_quantized_values_are_the_exact_binary32_of_the_block_formula(tmp_path, 
         assert ROUNDED[0] > 0
 
 
+@pytest.mark.parametrize("type_name", ["Q4_0", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"])
+def test_chunked_dequantization_equals_gguf_quants_bit_for_bit(monkeypatch, type_name):
+    # the reader decodes many rows per call of the block decoder (gguf.quants.dequantize: 16); the
+    # floats must be gguf's own, bit for bit, whatever the chunk (uneven last chunk included)
+    qtype = Q[type_name]
+    block = gguf.GGML_QUANT_SIZES[qtype][0]
+    rows, blocks_per_row = 37, 3
+    raw = random_blocks(np.random.default_rng(29 + int(qtype)), qtype, rows * blocks_per_row).reshape(rows, -1)
+    want = gguf.quants.dequantize(raw, qtype).view(np.uint32)
+    for chunk in (1, 5 * blocks_per_row * block, 10**9):
+        monkeypatch.setattr(gguf_file, "DEQUANTIZE_CHUNK_ELEMENTS", chunk)
+        got = gguf_file.dequantize(raw.reshape(-1), 0, raw.size, (rows, blocks_per_row * block), type_name, "x", "w")
+        assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), want)
+
+
+def test_dequantization_falls_back_to_gguf_quants_without_a_row_decoder():
+    raw = random_blocks(np.random.default_rng(3), Q.Q8_0, 4).reshape(2, -1)
+    quants = type("quants", (), {"dequantize": staticmethod(gguf.quants.dequantize)})
+    fake = type("gguf", (), {"quants": quants, "GGML_QUANT_SIZES": gguf.GGML_QUANT_SIZES})
+    got = gguf_file._dequantize_rows(fake, raw, Q.Q8_0)
+    assert np.array_equal(got.view(np.uint32), gguf.quants.dequantize(raw, Q.Q8_0).view(np.uint32))
+
+
 ROUNDED = [0]
 
 
@@ -220,6 +243,38 @@ def _valid(tmp_path):
     path = tmp_path / "ok.gguf"
     write_gguf(path, {"w": np.ones((4, 32), np.float32)})
     return path, path.read_bytes()
+
+
+def test_a_file_rewritten_in_place_is_parsed_again(tmp_path):
+    # headers are reused while a file is unchanged (a layer-wise run opens it once per layer); a
+    # file rewritten at the same path must not be read with the old header
+    path, _ = _valid(tmp_path)
+    assert open_checkpoint(path).shapes == {"w": (4, 32)}
+    assert open_checkpoint(path).shapes == {"w": (4, 32)}
+    write_gguf(path, {"w": np.ones((2, 64), np.float32), "v": np.zeros((1, 32), np.float32)})
+    ckpt = open_checkpoint(path)
+    assert ckpt.shapes == {"w": (2, 64), "v": (1, 32)}
+    np.testing.assert_array_equal(ckpt.tensor("w"), np.ones((2, 64)))
+
+
+def test_a_long_string_array_is_skipped_and_a_cut_one_is_one_line(tmp_path):
+    path = tmp_path / "vocab.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(3000)])
+    w.add_tensor("w", np.ones((4, 32), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    ckpt = open_checkpoint(path)
+    assert "tokenizer.ggml.tokens" not in ckpt.config and ckpt.shapes == {"w": (4, 32)}
+    data = path.read_bytes()
+    at = data.index(b"t2999")  # inside the last string of the array
+    bad = tmp_path / "vocab_cut.gguf"
+    bad.write_bytes(data[:at])
+    with pytest.raises(CheckpointError) as ei:
+        open_checkpoint(bad)
+    one_line(ei, str(bad), "truncated")
 
 
 def test_truncated_file_is_one_line(tmp_path):
