@@ -203,11 +203,16 @@ def gemma_file(folder: str) -> str | None:
     return str(pkg.assemble(os.path.join(folder, pkg.MODEL_NAME)))
 
 
+NEUTRAL_CWD = tempfile.gettempdir()
+"""Where every child runs: not the repository root, whose specbound/ folder ``python -m`` would put
+ahead of ``PYTHONPATH`` (a ``--baseline`` side would then run this checkout's code)."""
+
+
 def run_child(argv: list[str], env: dict | None = None) -> tuple[float, float, float]:
     """(wall seconds, CPU seconds, peak RSS in MiB) of one subprocess; its output is checked, then
     dropped."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=NEUTRAL_CWD)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -269,9 +274,14 @@ def measure(label: str, reps: int, plains: dict[str, list[str]], commands: list[
         for name, argv, _ in commands:
             if argv[0] in ("spectra", "proxies"):
                 flags = ["--json", "--values"] if argv[0] == "spectra" else ["--json"]
-                outs = [subprocess.run([py, "-m", "specbound", *argv, *flags], env=e, check=True,
-                                       capture_output=True).stdout for e in (env, envs[f"{name} [{baseline[0]}]"])]
-                identical[name] = outs[0] == outs[1]
+                runs = [subprocess.run([py, "-m", "specbound", *argv, *flags], env=e, check=True, cwd=NEUTRAL_CWD,
+                                       capture_output=True) for e in (env, envs[f"{name} [{baseline[0]}]"])]
+                identical[name] = runs[0].stdout == runs[1].stdout
+                check = [py, "-c", "import specbound, sys; print(specbound.__file__)"]
+                where = subprocess.run(check, env=envs[f"{name} [{baseline[0]}]"], cwd=NEUTRAL_CWD, check=True,
+                                       capture_output=True, text=True).stdout.strip()
+                if not where.startswith(baseline[1]):  # the comparison would be vacuous
+                    raise SystemExit(f"the baseline side imports specbound from {where}, not from {baseline[1]}")
     rows: dict[str, list[tuple[float, float, float]]] = {k: [] for k in sides}
     for _ in range(reps):
         for name, argv in sides.items():
