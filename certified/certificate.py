@@ -586,6 +586,18 @@ def _list(obj: dict, key: str, path: str) -> list:
     return value
 
 
+def _check_matrix_choices(rec, where: str) -> None:
+    """The per-matrix choices both routes record (grid exponents, proven rank, Schatten index p) are
+    integers / fractions in range, before anything is recomputed from them."""
+    if not isinstance(rec, dict):
+        raise _where(where, "expected an object")
+    _int_in(rec.get("k_c"), f"{where}.k_c", -MAX_EXPONENT, MAX_EXPONENT)
+    if rec.get("k_s") is not None:
+        _int_in(rec["k_s"], f"{where}.k_s", -MAX_EXPONENT, MAX_EXPONENT)
+    _int_in(rec.get("proven_rank"), f"{where}.proven_rank", 0, MAX_RANK)
+    _frac_in(rec.get("p"), f"{where}.p", Fraction(0), Fraction(2))
+
+
 def check_ranges(cert: dict) -> None:
     """Refuse a certificate any of whose numeric fields lies outside a sanity range, *before* any
     arithmetic: exponents (|k| <= MAX_EXPONENT), sizes (n <= MAX_N, m <= MAX_GRID_M, ranks), the
@@ -649,13 +661,7 @@ def check_ranges(cert: dict) -> None:
         _int_in(occ_rec.get("k_gamma"), "routes.occam.k_gamma", -MAX_EXPONENT, MAX_EXPONENT)
         for j, rec in enumerate(_list(occ_rec, "matrices", "routes.occam.")):
             where = f"routes.occam.matrices[{j}]"
-            if not isinstance(rec, dict):
-                raise _where(where, "expected an object")
-            _int_in(rec.get("k_c"), f"{where}.k_c", -MAX_EXPONENT, MAX_EXPONENT)
-            if rec.get("k_s") is not None:
-                _int_in(rec["k_s"], f"{where}.k_s", -MAX_EXPONENT, MAX_EXPONENT)
-            _int_in(rec.get("proven_rank"), f"{where}.proven_rank", 0, MAX_RANK)
-            _frac_in(rec.get("p"), f"{where}.p", Fraction(0), Fraction(2))
+            _check_matrix_choices(rec, where)
     choices = cert.get("choices") or {}
     if not isinstance(choices, dict):
         raise _where("choices", "expected an object")
@@ -663,14 +669,8 @@ def check_ranges(cert: dict) -> None:
         _int_in(choices["k_w"], "choices.k_w", -MAX_EXPONENT, MAX_EXPONENT)
     for j, rec in enumerate(_list(cert, "matrices", "")):
         where = f"matrices[{j}]"
-        if not isinstance(rec, dict):
-            raise _where(where, "expected an object")
-        _int_in(rec.get("k_c"), f"{where}.k_c", -MAX_EXPONENT, MAX_EXPONENT)
-        if rec.get("k_s") is not None:
-            _int_in(rec["k_s"], f"{where}.k_s", -MAX_EXPONENT, MAX_EXPONENT)
-        _int_in(rec.get("proven_rank"), f"{where}.proven_rank", 0, MAX_RANK)
+        _check_matrix_choices(rec, where)
         _int_in(rec.get("r_max"), f"{where}.r_max", 0, MAX_RANK)
-        _frac_in(rec.get("p"), f"{where}.p", Fraction(0), Fraction(2))
         shape = rec.get("shape")
         if not (isinstance(shape, list) and len(shape) == 2):
             raise _where(f"{where}.shape", "expected [rows, columns]")

@@ -243,16 +243,29 @@ def _print_parts(say, result) -> None:
     say(f"  confidence             {_up(b.confidence)}   (Lambda = {_up(b.Lambda)})")
 
 
-def _matrix_table(b):
-    """One row per covered matrix (and the read-out's Occam entropy)."""
+def _table(b, title: str, columns: list[str], occam_columns: list[str]):
+    """An empty rich table with ``columns`` (and the Occam route's when it was evaluated), the kind
+    column left-aligned and every number right-aligned."""
     from rich.table import Table
 
-    table = Table(title="per-matrix (certified upper endpoints)")
-    columns = ["kind", "layer", "head", "spectral norm", "p", "proven rank", "contribution"]
-    if b.occam is not None:
-        columns += ["p (Occam)", "H_j (Occam)", "share of H"]
-    for col in columns:
+    table = Table(title=title)
+    for col in columns + (occam_columns if b.occam is not None else []):
         table.add_column(col, justify="left" if col == "kind" else "right")
+    return table
+
+
+def _readout_row(table, b, count: str) -> None:
+    """The read-out's row (its norm and Occam entropy) when the Occam route covered it."""
+    if b.occam is not None and b.occam.entropy_w is not None:
+        table.add_row("read-out", count, "-", _up(b.readout_norm), "-", "-", "-", "-", _up(b.occam.entropy_w),
+                      _share(b.occam.entropy_w, b.occam.H))
+
+
+def _matrix_table(b):
+    """One row per covered matrix (and the read-out's Occam entropy)."""
+    table = _table(b, "per-matrix (certified upper endpoints)",
+                   ["kind", "layer", "head", "spectral norm", "p", "proven rank", "contribution"],
+                   ["p (Occam)", "H_j (Occam)", "share of H"])
     occ = b.occam.matrices if b.occam is not None else [None] * len(b.matrices)
     for r, o in zip(b.matrices, occ):
         row = [r.kind, str(r.layer), "-" if r.head < 0 else str(r.head), _up(r.spectral_norm), str(r.p),
@@ -260,9 +273,7 @@ def _matrix_table(b):
         if o is not None:
             row += [str(o.p), _up(o.entropy), _share(o.entropy, b.occam.H)]
         table.add_row(*row)
-    if b.occam is not None and b.occam.entropy_w is not None:
-        table.add_row("read-out", "-", "-", _up(b.readout_norm), "-", "-", "-", "-", _up(b.occam.entropy_w),
-                      _share(b.occam.entropy_w, b.occam.H))
+    _readout_row(table, b, "-")
     return table
 
 
@@ -270,16 +281,11 @@ def _kind_table(b):
     """One row per matrix kind: how many, in which layers, the largest spectral norm and proven rank,
     the range of p, the sum of the contributions (and of the Occam entropies H_j), each a certified
     upper endpoint (an Arb sum; the largest upper endpoint)."""
-    from rich.table import Table
-
     from specbound.certified.arb import sum_arb
 
-    table = Table(title="per matrix kind (certified upper endpoints: max or sum over the kind)")
-    columns = ["kind", "matrices", "layers", "spectral norm (max)", "p", "proven rank (max)", "contribution (sum)"]
-    if b.occam is not None:
-        columns += ["p (Occam)", "H_j (sum)", "share of H"]
-    for col in columns:
-        table.add_column(col, justify="left" if col == "kind" else "right")
+    table = _table(b, "per matrix kind (certified upper endpoints: max or sum over the kind)",
+                   ["kind", "matrices", "layers", "spectral norm (max)", "p", "proven rank (max)", "contribution (sum)"],
+                   ["p (Occam)", "H_j (sum)", "share of H"])
     occ = b.occam.matrices if b.occam is not None else [None] * len(b.matrices)
     kinds: dict[str, list] = {}
     for r, o in zip(b.matrices, occ):
@@ -294,9 +300,7 @@ def _kind_table(b):
             ents = sum_arb(o.entropy for _, o in pairs)
             row += [_span(sorted({o.p for _, o in pairs})), _up(ents), _share(ents, b.occam.H)]
         table.add_row(*row)
-    if b.occam is not None and b.occam.entropy_w is not None:
-        table.add_row("read-out", "1", "-", _up(b.readout_norm), "-", "-", "-", "-", _up(b.occam.entropy_w),
-                      _share(b.occam.entropy_w, b.occam.H))
+    _readout_row(table, b, "1")
     return table
 
 
