@@ -1,7 +1,8 @@
 """Benchmark: the fast certified forward pass vs a plain float64 numpy forward of the same batch.
 
-Plain script (no pytest).  On the embedded default model (L = 2, H = 2, N = 32) and fresh samples of
-its recorded task it times, interleaved in one run, medians of --reps repetitions:
+Plain script (no pytest).  On the toy model ``specbound/data/toy.safetensors`` (L = 2, H = 2, N = 32,
+d_h = 1, d_ff = 2: the embedded default before issue 26, on which the figures in README are stated;
+``--model default`` or a path for another) and fresh samples of its recorded task it times, interleaved in one run, medians of --reps repetitions:
   float     = the same batched numpy program with libm-quality exp (numpy) and erf (scipy, else torch),
               uncertified: what a plain float64 forward costs;
   fast      = certified.fast_forward.margins_of_tokens (proven exp / Phi, binary64 program);
@@ -76,10 +77,14 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--arb-samples", type=int, default=20)
     ap.add_argument("--rho", type=float, default=4.0)
+    ap.add_argument("--model", default="toy", help="toy (default), default (the embedded default) or a checkpoint path")
     args = ap.parse_args()
 
-    w = load_weights()
-    task = task_record(w, None)
+    from specbound.data import default_checkpoint_path, toy_checkpoint_path
+
+    path = {"toy": toy_checkpoint_path(), "default": default_checkpoint_path()}.get(args.model, args.model)
+    w = load_weights(str(path))
+    task = task_record(w, str(path))
     t = Task.from_record(task)
     tokens, labels = t.sample(args.n, np.random.default_rng(3))
     E, P = w.extra["embedding.E"], w.extra["embedding.P"]
@@ -110,7 +115,7 @@ def main() -> None:
     arb_rate = args.arb_samples / (time.perf_counter() - t0)
 
     n = args.n
-    print(f"embedded default (L={w.num_layers}, H={w.num_heads}, N={w.width}), n = {n}, reps = {args.reps} (medians)")
+    print(f"{args.model} (L={w.num_layers}, H={w.num_heads}, N={w.width}), n = {n}, reps = {args.reps} (medians)")
     print(f"  float64 numpy forward      {n / med['float']:>10.0f} samples/s")
     print(f"  fast certified margins     {n / med['fast']:>10.0f} samples/s   ratio to float {med['fast'] / med['float']:.2f}")
     print(f"  certified ramp loss (fast) {n / med['ramp']:>10.0f} samples/s   ratio to float {med['ramp'] / med['float']:.2f}"

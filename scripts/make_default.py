@@ -1,10 +1,10 @@
 """Train the embedded default checkpoint, deterministically: a model whose certified bound is
 computed from its *training sample* S (n = the number of training examples).
 
-    .venv/bin/python scripts/make_default.py [--out-dir specbound/data] [--recipe default|conventional|depth4] [--n-test M]
+    .venv/bin/python scripts/make_default.py [--out-dir specbound/data] [--recipe default|toy|depth4] [--n-test M]
 
 Task ``symbol_majority`` (16 symbols, 16 random positions: 16^16 = 2^64 inputs, not enumerable).
-Writes ``default.safetensors`` (specbound-analysis-v1, float64) and ``default.json`` (the
+Writes ``<recipe>.safetensors`` (specbound-analysis-v1, float64) and ``<recipe>.json`` (the
 training record: config, seeds, the task with its hidden positions and symbol bits,
 ``"bound_sample": "train"``, the float64 accuracy and margins on S and on a fresh test sample of the
 same size, the checkpoint's sha256 and architecture, which bind the record to it, and
@@ -13,8 +13,12 @@ same size, the checkpoint's sha256 and architecture, which bind the record to it
 empirical term on exactly those n examples.  Re-running on the same machine and torch build
 reproduces both files bit for bit (no timestamps; see specbound.train).
 
-The recipe below was fixed before S (data seed 7) was drawn for the figures in docs/experiments.md;
-the exploratory runs that chose it used other data seeds (docs/experiments.md, "Selection").
+Recipes (each fixed before its S was drawn; the exploratory runs that chose them used other data
+seeds, docs/experiments.md "Selection" and section 2d): ``default`` -- the embedded default, a
+conventionally shaped model (d_h = N / H = 16, d_ff = 2N = 64; data seed 26; training about 17 min on
+one core); ``toy`` -- the embedded default before it (rank-1 heads, d_ff = 2; data seed 7), shipped as
+``specbound/data/toy.safetensors``; ``depth4`` -- the L = 4, N = 64 residual model of section 2d
+(n = 5 * 10^6; not shipped).
 """
 
 from __future__ import annotations
@@ -33,22 +37,22 @@ from specbound.empirical import bound_training_record
 from specbound.output import write_json_atomic
 from specbound.train import TrainConfig, evaluate, fresh_sample, train
 
-DEFAULT_CONFIG = TrainConfig(
+TOY_CONFIG = TrainConfig(
     task="symbol_majority", seq_len=17, k=3, task_seed=0, symbols=16,
     num_layers=2, num_heads=2, width=32, head_dim=1, ff_dim=2, activation="gelu",
     steps=2000, lr=1e-2, batch=512, n_train=1_000_000,
     seed=0, embed_seed=0, data_seed=7,
     loss="logistic", reg=0.0, reg_kind="none", reg_p=1.0,
 )
-# the default's recipe with only what the conventional shape changes
-CONVENTIONAL_CONFIG = dataclasses.replace(DEFAULT_CONFIG, head_dim=16, ff_dim=64, lr=1e-3, data_seed=26)
-"""Issue 26's conventionally shaped candidate (plain variant, d_h = N / H = 16, d_ff = 2N = 64, lr 1e-3:
-lr 1e-2 can collapse), n = 10^6, delta = 0.05, both routes at delta/2 with the default bases: all fixed
-before its S (data seed 26) was drawn.  The pilot that chose n (float planning estimate 0.18 at
-n = 10^6, `specbound plan`) trained on data seed 21 (n = 10^5); docs/experiments.md section 2d."""
+# the toy's recipe with only what the conventional shape changes
+DEFAULT_CONFIG = dataclasses.replace(TOY_CONFIG, head_dim=16, ff_dim=64, lr=1e-3, data_seed=26)
+"""The embedded default (issue 26 item 1): plain variant, d_h = N / H = 16, d_ff = 2N = 64, lr 1e-3 (lr
+1e-2 can collapse at this shape), n = 10^6, delta = 0.05, both routes at delta/2 with the default bases:
+all fixed before its S (data seed 26) was drawn.  The pilot that chose n (float planning estimate 0.18
+at n = 10^6, `specbound plan`) trained on data seed 21 (n = 10^5); docs/experiments.md section 2d."""
 
 DEPTH4_CONFIG = dataclasses.replace(
-    DEFAULT_CONFIG, num_layers=4, num_heads=4, width=64, head_dim=16, ff_dim=128, variant="residual",
+    TOY_CONFIG, num_layers=4, num_heads=4, width=64, head_dim=16, ff_dim=128, variant="residual",
     steps=600, lr=1e-3, batch=256, n_train=5_000_000, data_seed=45)
 """Issue 26 item 2's depth-4 model (residual variant, L = 4, H = 4, N = 64, d_h = 16, d_ff = 128): the
 recipe of the pilot of docs/experiments.md section 2d (600 Adam steps of batch 256 at lr 1e-3, no
@@ -59,7 +63,7 @@ drawn.  n was chosen from the pilot's float planning estimate (Occam 0.37 at n =
 5 * 10^6 examples; the bound is for S all the same (the model is a function of S, and the theorem holds
 for every weight setting simultaneously)."""
 
-RECIPES = {"default": DEFAULT_CONFIG, "conventional": CONVENTIONAL_CONFIG, "depth4": DEPTH4_CONFIG}
+RECIPES = {"default": DEFAULT_CONFIG, "toy": TOY_CONFIG, "depth4": DEPTH4_CONFIG}
 TEST_SEED = 2
 
 
@@ -67,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out-dir", default=str(Path(__file__).resolve().parents[1] / "specbound" / "data"))
     parser.add_argument("--recipe", choices=sorted(RECIPES), default="default",
-                        help="default: the embedded model; conventional: issue 26's d_h = 16, d_ff = 64 candidate; "
-                             "depth4: its L = 4, N = 64 model (files named after the recipe)")
+                        help="default: the embedded model (d_h = 16, d_ff = 64); toy: the earlier default (d_h = 1, "
+                             "d_ff = 2); depth4: an L = 4, N = 64 model (files named after the recipe)")
     parser.add_argument("--n-test", type=int, default=None,
                         help="fresh test examples (default: as many as the training sample)")
     args = parser.parse_args(argv)

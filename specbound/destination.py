@@ -182,8 +182,9 @@ def _shards(index: Path) -> list[str]:
 
 
 def default_inputs() -> list[Path]:
-    """The embedded default model's files (an --out must never replace them either)."""
-    from .data import default_checkpoint_path
+    """The shipped models' files, the embedded default's and the toy's (an --out must never replace
+    them either)."""
+    from .data import default_checkpoint_path, toy_checkpoint_path
 
-    path = Path(default_checkpoint_path())
-    return [path, path.with_suffix(".json")]
+    paths = [Path(default_checkpoint_path()), Path(toy_checkpoint_path())]
+    return [f for p in paths for f in (p, p.with_suffix(".json"))]

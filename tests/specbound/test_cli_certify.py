@@ -60,6 +60,18 @@ def test_the_main_command_certifies_a_non_vacuous_bound_from_the_training_sample
     assert code == 0 and out.startswith("VALID"), out
 
 
+@pytest.mark.slow
+def test_the_toy_model_still_certifies_what_readme_says(capsys):
+    # the default before issue 26 ships as specbound/data/toy.safetensors; README states its bound
+    from specbound.data import toy_checkpoint_path
+
+    code, out, err = run(capsys, "certify", str(toy_checkpoint_path()), "--quiet")
+    assert code == 0, err
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert "`specbound certify specbound/data/toy.safetensors` certifies 0.0115291" in " ".join(readme.split())
+    assert out.splitlines()[0].startswith("certified bound on the 0-1 risk: 0.0115291  (route: occam")
+
+
 def test_verify_rejects_a_tampered_certificate(capsys, tmp_path):
     cert = tmp_path / "cert.json"
     assert run(capsys, "certify", "--n", "5000", "--empirical-loss", "0.01", "--margin", "2",

@@ -112,25 +112,37 @@ def test_bad_configs_raise(bad):
 DATA = resources.files("specbound.data")
 
 
-@pytest.fixture(scope="module")
-def default():
-    record = json.loads(DATA.joinpath("default.json").read_text())
-    with resources.as_file(DATA.joinpath("default.safetensors")) as path:
+def _shipped(name: str):
+    record = json.loads(DATA.joinpath(f"{name}.json").read_text())
+    with resources.as_file(DATA.joinpath(f"{name}.safetensors")) as path:
         raw = path.read_bytes()
         model = AnalysisTransformer.load(path)
     return model, record, raw
 
 
-def test_default_is_trained_on_a_non_enumerable_task_and_bounded_on_its_training_sample(default):
+@pytest.fixture(scope="module")
+def default():
+    return _shipped("default")
+
+
+#: (L, H, N, d_h, d_ff, activation) of each shipped model: the default is conventionally shaped
+#: (d_h = N / H, d_ff = 2N, issue 26); the toy (rank-1 heads, d_ff = 2) is the default it replaced
+SHAPES = {"default": (2, 2, 32, 16, 64, "gelu"), "toy": (2, 2, 32, 1, 2, "gelu")}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_shipped_models_are_trained_on_a_non_enumerable_task_and_bounded_on_their_training_sample(name):
     from specbound.tasks import Task
 
-    model, record, raw = default
+    model, record, raw = _shipped(name)
     config = TrainConfig(**record["config"])
     task = config.make_task()
     assert task.name == "symbol_majority" and not task.enumerable and task.input_count == 16 ** 16
     assert Task.from_record(record["task"]) == task and model.task == task.name
     a = model.arch
-    assert (a.num_layers, a.num_heads, a.width, a.head_dim, a.ff_dim, a.activation) == (2, 2, 32, 1, 2, "gelu")
+    assert (a.num_layers, a.num_heads, a.width, a.head_dim, a.ff_dim, a.activation) == SHAPES[name]
+    assert record["checkpoint"] == f"{name}.safetensors"
+    assert record["made_by"] == "scripts/make_default.py" + ("" if name == "default" else f" --recipe {name}")
     assert (a.num_layers, a.num_heads, a.width, a.head_dim, a.ff_dim, a.activation) == (
         config.num_layers, config.num_heads, config.width, config.head_dim, config.ff_dim, config.activation)
     assert a.vocab_size == 17 and a.seq_len == record["task"]["seq_len"]
@@ -148,36 +160,46 @@ def test_default_keeps_its_accuracy_on_fresh_samples(default):
 
 
 @pytest.mark.slow
-def test_make_default_reproduces_the_shipped_files(tmp_path, default):
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_make_default_reproduces_the_shipped_files(tmp_path, name):
     import runpy
     import sys
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[2] / "scripts" / "make_default.py"
     argv = sys.argv
-    sys.argv = [str(script), "--out-dir", str(tmp_path)]
+    sys.argv = [str(script), "--out-dir", str(tmp_path), "--recipe", name]
     try:
         with pytest.raises(SystemExit) as exc:
             runpy.run_path(str(script), run_name="__main__")
     finally:
         sys.argv = argv
     assert exc.value.code == 0
-    _, record, raw = default
-    assert (tmp_path / "default.safetensors").read_bytes() == raw
-    assert json.loads((tmp_path / "default.json").read_text()) == record
+    _, record, raw = _shipped(name)
+    assert (tmp_path / f"{name}.safetensors").read_bytes() == raw
+    assert json.loads((tmp_path / f"{name}.json").read_text()) == record
 
 
-def test_the_conventional_recipe_has_a_conventional_shape_and_trains_on_its_own_sample():
+def test_the_recipes_are_the_shipped_models_and_the_depth_4_model():
     import runpy
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[2] / "scripts" / "make_default.py"
     recipes = runpy.run_path(str(script), run_name="not_main")["RECIPES"]
-    conv, default = recipes["conventional"], recipes["default"]
-    # issue 26: d_h = N / H and d_ff >= 2N, on the non-enumerable task, S a data seed of its own
-    assert conv.head_dim * conv.num_heads == conv.width and conv.ff_dim >= 2 * conv.width
-    assert conv.task == "symbol_majority" and conv.n_train == 1_000_000
-    assert conv.data_seed not in (default.data_seed, 21, 41, 51)  # the pilots' seeds (docs/experiments.md 2d)
+    for name, shape in SHAPES.items():  # each shipped record is what its recipe writes
+        record = json.loads(DATA.joinpath(f"{name}.json").read_text())
+        assert TrainConfig(**record["config"]) == recipes[name]
+        r = recipes[name]
+        assert (r.num_layers, r.num_heads, r.width, r.head_dim, r.ff_dim, r.activation) == shape
+    default, toy, deep = recipes["default"], recipes["toy"], recipes["depth4"]
+    # issue 26: d_h = N / H and d_ff >= 2N, on the non-enumerable task, each S a data seed of its own
+    for conv in (default, deep):
+        assert conv.head_dim * conv.num_heads == conv.width and conv.ff_dim >= 2 * conv.width
+        assert conv.task == "symbol_majority"
+    assert default.n_train == 1_000_000 and deep.n_train == 5_000_000
+    assert (deep.num_layers, deep.num_heads, deep.width, deep.variant) == (4, 4, 64, "residual")
+    seeds = [default.data_seed, toy.data_seed, deep.data_seed]
+    assert len(set(seeds)) == 3 and not set(seeds) & {21, 41, 51}  # the pilots' seeds (docs/experiments.md 2d)
 
 
 # --------------------------------------------------------------------------- progress and the chance warning
