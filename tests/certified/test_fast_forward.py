@@ -172,9 +172,10 @@ def test_the_adversarial_cases_reach_the_clamp_and_subnormal_scores():
 
 def test_token_path_of_the_default_model_meets_arb():
     from specbound.checkpoint import load_weights
+    from specbound.data import toy_checkpoint_path
     from specbound.tasks import sparse_majority
 
-    w = load_weights()
+    w = load_weights(str(toy_checkpoint_path()))  # the toy model: these figures are stated on it
     E, P = w.extra["embedding.E"], w.extra["embedding.P"]
     tokens, _ = sparse_majority().sample(6, np.random.default_rng(11))
     fast, table = prepare_tokens(w, E, P, tokens)
@@ -189,9 +190,10 @@ def test_token_path_of_the_default_model_meets_arb():
 @pytest.mark.slow
 def test_token_path_of_the_default_model_contains_mpmath():
     from specbound.checkpoint import load_weights
+    from specbound.data import toy_checkpoint_path
     from specbound.tasks import sparse_majority
 
-    w = load_weights()
+    w = load_weights(str(toy_checkpoint_path()))  # the toy model: these figures are stated on it
     E, P = w.extra["embedding.E"], w.extra["embedding.P"]
     tokens, _ = sparse_majority().sample(2, np.random.default_rng(12))
     fast, table = prepare_tokens(w, E, P, tokens)
@@ -277,9 +279,10 @@ def test_ramp_loss_at_a_margin_exactly_rho_encloses_the_exact_loss():
 
 def test_fast_and_arb_ramp_losses_agree_on_the_default_task():
     from specbound.checkpoint import load_weights
+    from specbound.data import toy_checkpoint_path
     from specbound.tasks import sparse_majority
 
-    w = load_weights()
+    w = load_weights(str(toy_checkpoint_path()))  # the toy model: these figures are stated on it
     tokens, labels = sparse_majority().sample(8, np.random.default_rng(13))
     data = dataset_from_arrays(labels, tokens=tokens)
     fast = certified_ramp_loss(w, data, 4.9)

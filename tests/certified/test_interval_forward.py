@@ -265,9 +265,10 @@ def test_the_fast_route_refines_a_priori_straddlers_with_the_per_sample_pass():
 def test_the_default_model_meets_arb_and_the_width_target_on_its_task():
     from specbound.certified.forward import embedded_input_ball
     from specbound.checkpoint import load_weights
+    from specbound.data import toy_checkpoint_path
     from specbound.tasks import sparse_majority
 
-    w = load_weights()
+    w = load_weights(str(toy_checkpoint_path()))  # the toy model: these figures are stated on it
     E, P = w.extra["embedding.E"], w.extra["embedding.P"]
     tokens, labels = sparse_majority().sample(64, np.random.default_rng(16))
     f, rad, ok = prepare(w).tokens(E, P, tokens)
