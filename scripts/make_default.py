@@ -76,10 +76,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-test", type=int, default=None,
                         help="fresh test examples (default: as many as the training sample)")
     args = parser.parse_args(argv)
-    out = Path(args.out_dir)
-    name, config = args.recipe, RECIPES[args.recipe]
-    n_test = config.n_train if args.n_test is None else args.n_test
+    config = RECIPES[args.recipe]
+    make(config, args.recipe, Path(args.out_dir), config.n_train if args.n_test is None else args.n_test,
+         "scripts/make_default.py" + ("" if args.recipe == "default" else f" --recipe {args.recipe}"))
+    return 0
 
+
+def make(config: TrainConfig, name: str, out: Path, n_test: int, made_by: str) -> Path:
+    """Train ``config``, write ``out/<name>.safetensors`` and its training record ``out/<name>.json``
+    (S = the training sample; a fresh test sample of ``n_test`` examples, seed TEST_SEED); return the
+    weights' path.  Deterministic: the same config gives the same files bit for bit."""
     start = time.perf_counter()
     model, record = train(config)
     seconds = time.perf_counter() - start
@@ -102,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         "sha256": digest,
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "torch_version": torch.__version__,
-        "made_by": "scripts/make_default.py" + ("" if name == "default" else f" --recipe {name}"),
+        "made_by": made_by,
     })
     # the record names its checkpoint (sha256, architecture): certify refuses S from any other record
     record = bound_training_record(record, load_weights(weights), bound_on_training_sample=True)
@@ -110,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / f"{name}.json").chmod(weights.stat().st_mode & 0o777)  # mkstemp made it 0600
     print(f"trained in {seconds:.1f} s; train acc {record['train']['accuracy']:.6f} (n={config.n_train}), "
           f"test acc {record['test']['accuracy']:.6f} (n={n_test}); {weights} sha256 {digest}")
-    return 0
+    return weights
 
 
 if __name__ == "__main__":
