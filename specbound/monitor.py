@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -99,7 +101,10 @@ class BoundMonitor:
         self.certification: Certification | None = None
         self.steps = 0
         self._start = time.perf_counter()
-        self._folder = tempfile.TemporaryDirectory(prefix="specbound-monitor-")
+        # where an in-memory model is written for the loaders; removed with the monitor (finalize: a
+        # monitor dropped before finish() is normal use, not a leak worth a ResourceWarning)
+        self._folder = tempfile.mkdtemp(prefix="specbound-monitor-")
+        weakref.finalize(self, shutil.rmtree, self._folder, True)
         self._subsample = _subsample(self.dataset, samples, seed)
 
     @property
@@ -124,7 +129,7 @@ class BoundMonitor:
         from .numeric.spectra import compute_spectra_numpy
 
         t0 = time.perf_counter()
-        weights = load_weights(readable(self.model, self._folder.name))
+        weights = load_weights(readable(self.model, self._folder))
         spectra = compute_spectra_numpy(weights)
         margins = float_margins_of(weights, self._subsample)
         estimate = Estimator(weights, margins, delta=self.delta, spectra=spectra).at(self.n)
@@ -148,7 +153,7 @@ class BoundMonitor:
 
         if not self._logged(self.steps):
             self.log()
-        source = readable(self.model, self._folder.name)
+        source = readable(self.model, self._folder)
         self.certification = specbound.certify(source, data=self.dataset, **certify_options)
         if self.say is not None:
             self.say(certified_line(self.certification))
