@@ -15,12 +15,14 @@ and CLI): ``workers`` is how many processes of this machine compute (1, the defa
 process), ``scheduler`` the address of a Dask cluster; :func:`open_engine` makes the engine.
 
 Work is cut into *tasks* that describe what to compute, never the arrays: a :class:`Source`
-(checkpoint path, heads, view, SHA-256) plus a layer and the canonical indices of the matrices of
-one kind in it.  A task opens the checkpoint itself (safetensors are memory-mapped), checks that
-its bytes have the client's SHA-256 (hashed once per process and file version; a worker that sees
-another file at the same path fails the run in one line), builds only
-that layer's matrices (:func:`specbound.checkpoint.load_layers`; the other layers are zero-memory
-placeholders), computes, and returns plain values: certified enclosures (sent between processes in
+(checkpoint path, heads, view, SHA-256) plus a layer, the canonical indices of the matrices of one
+kind in it and the names of the checkpoint tensors those matrices are read from
+(:func:`task_tensors`, found by the client from the header alone).  A task opens the checkpoint
+itself, checks that its bytes have the client's SHA-256 (hashed once per process and file version;
+a worker that sees another file at the same path fails the run in one line), reads those tensors
+and no other (:func:`specbound.checkpoint.load_layers`: safetensors and GGUF tensors are read from
+their own byte ranges of a memory map, found in the header; every other tensor is a zero-memory
+placeholder), builds its matrices, computes, and returns plain values: certified enclosures (sent between processes in
 their exact wire form, :mod:`specbound.certified.serialisation`: bit-identical balls), float spectra
 as arrays, ramp-loss partial sums as exact fractions.  The client reassembles them in canonical order and does every Arb
 reduction itself, so the certificate is the same on every engine.  A task that fails on a worker
@@ -385,17 +387,18 @@ def engine_options(args: argparse.Namespace) -> dict:
 # tasks (module-level so that they pickle by reference)
 
 _CACHE: dict = {}
-"""The last weights a process built for its tasks (one entry: one layer, or one full model)."""
+"""The last weights a process built for its tasks (one entry: one task's tensors, or one full model)."""
 
 
-def _weights(source: Source, layer: int | None):
-    """The weights of ``source`` with ``layer`` built (None: every layer), cached for the next task."""
+def _weights(source: Source, layer: int | None, tensors: frozenset[str] | None = None):
+    """The weights of ``source`` with ``tensors`` built (None: every tensor of ``layer``; ``layer``
+    None: every layer), cached for the next task."""
     if source.built is not None:
         return source.built
-    key = (source, layer)
+    key = (source, layer, tensors)
     weights = _CACHE.get(key)
     if weights is None:
-        _CACHE.clear()  # release the previous layer before reading the next
+        _CACHE.clear()  # release the previous task's tensors before reading the next
         from .checkpoint import check_digest, load_layers, load_weights
 
         if layer is None:
@@ -403,11 +406,25 @@ def _weights(source: Source, layer: int | None):
             if source.portable:  # the bytes read here must be those the client hashed
                 check_digest(weights.extra.get("weights_file", source.checkpoint), weights.sha256, source.sha256)
         else:  # load_layers checks the digest itself
-            weights = load_layers(source.checkpoint, (layer,), num_heads=source.num_heads,
-                                  view=source.view, sha256=source.sha256)
+            weights = load_layers(source.checkpoint, (layer,) if tensors is None else (),
+                                  tensors=tensors or (), num_heads=source.num_heads, view=source.view,
+                                  sha256=source.sha256)
         _CACHE.clear()  # (a worker with several threads: keep one entry)
         _CACHE[key] = weights
     return weights
+
+
+def _built(weights, indices: tuple[int, ...]) -> list:
+    """The matrices ``indices`` of ``weights``, each with every factor read: a placeholder here
+    would be computed on as if it were the matrix, so it ends the task instead (one line)."""
+    from .adapters.helpers import is_placeholder
+
+    mats = [weights.matrices[j] for j in indices]
+    for m in mats:
+        if is_placeholder(m.left) or (m.right is not None and is_placeholder(m.right)):
+            raise SpecboundError(f"matrix {m.name}: a task was given without the tensors it is built from "
+                                 "(an engine bug; nothing was computed on it)")
+    return mats
 
 
 class _Enclosures(list):
@@ -426,26 +443,27 @@ def _enclosures_from_wire(wires: list[dict]) -> _Enclosures:
     return _Enclosures(enclosure_from_wire(w) for w in wires)
 
 
-def enclose_task(source: Source, layer: int, indices: tuple[int, ...]) -> tuple[_Enclosures, list[tuple]]:
-    """Certified enclosures of the matrices ``indices`` (all of ``layer``), and for each matrix
-    whether its left and right factors are exactly zero (right: None if dense)."""
+def enclose_task(source: Source, layer: int, indices: tuple[int, ...], tensors: frozenset[str] | None = None
+                 ) -> tuple[_Enclosures, list[tuple]]:
+    """Certified enclosures of the matrices ``indices`` (all of ``layer``), read from the checkpoint
+    tensors ``tensors`` alone (None: every tensor of ``layer``), and for each matrix whether its
+    left and right factors are exactly zero (right: None if dense)."""
     import numpy as np
 
     from .certified.gram_enclosure import enclose_matrices
 
-    weights = _weights(source, layer)
-    mats = [weights.matrices[j] for j in indices]
+    mats = _built(_weights(source, layer, tensors), indices)
     zero = [(not np.any(m.left), None if m.right is None else not np.any(m.right)) for m in mats]
     return _Enclosures(enclose_matrices(mats)), zero
 
 
 def spectra_task(source: Source, layer: int | None, indices: tuple[int, ...], dtype: str,
-                 device="cpu") -> tuple:
-    """Float singular values and norms of the matrices ``indices`` (as ``spectra`` computes them)."""
+                 device="cpu", tensors: frozenset[str] | None = None) -> tuple:
+    """Float singular values and norms of the matrices ``indices`` (as ``spectra`` computes them),
+    read from ``tensors`` as :func:`enclose_task` does."""
     from .numeric.spectra import spectra_on
 
-    weights = _weights(source, layer)
-    s = spectra_on([weights.matrices[j] for j in indices], dtype=dtype, device=device)
+    s = spectra_on(_built(_weights(source, layer, tensors), indices), dtype=dtype, device=device)
     return (s.values, s.counts, s.frobenius, s.norm_21, s.norm_11)
 
 
@@ -469,6 +487,24 @@ def tasks_of(weights) -> list[tuple[int, tuple[int, ...]]]:
     return [(layer, tuple(idx)) for (layer, _), idx in groups.items()]
 
 
+def task_tensors(source: Source, tasks: Sequence[tuple[int, tuple[int, ...]]]) -> list[frozenset[str] | None]:
+    """Per task of ``tasks``, the checkpoint tensors its matrices are read from
+    (:func:`specbound.checkpoint.matrix_tensors`, from the header alone), so that a task reads
+    those and nothing else of its layer; None (read the whole layer) where a matrix's tensors
+    cannot be told, and for every task when ``source`` is already built (nothing is read)."""
+    if source.built is not None:
+        return [None] * len(tasks)
+    from .checkpoint import matrix_tensors
+
+    per_matrix = matrix_tensors(source.checkpoint, num_heads=source.num_heads, view=source.view,
+                                sha256=source.sha256)
+    out: list[frozenset[str] | None] = []
+    for _, idx in tasks:
+        names = [per_matrix[j] for j in idx]
+        out.append(None if any(n is None for n in names) else frozenset().union(*names))
+    return out
+
+
 def enclose_on(engine: Engine, source: Source, weights, progress=None) -> tuple[list, Any]:
     """(enclosures of every matrix of ``weights`` in canonical order, ``weights`` with its
     placeholders marking which factors are exactly zero), computed by ``engine``'s tasks.
@@ -482,7 +518,8 @@ def enclose_on(engine: Engine, source: Source, weights, progress=None) -> tuple[
     from .adapters.helpers import is_placeholder, placeholder
 
     tasks = tasks_of(weights)
-    parts = engine.map(enclose_task, [(source, layer, idx) for layer, idx in tasks],
+    reads = task_tensors(source, tasks)
+    parts = engine.map(enclose_task, [(source, layer, idx, r) for (layer, idx), r in zip(tasks, reads)],
                        weights=[len(idx) for _, idx in tasks], progress=progress)
     out: list = [None] * len(weights.matrices)
     mats = list(weights.matrices)
@@ -510,7 +547,8 @@ def spectra_of(engine: Engine, source: Source, weights, dtype: str = "float64", 
                               weights=[count], progress=progress)
         return Spectra(tuple(weights.matrices), *parts)
     tasks = tasks_of(weights)
-    parts = engine.map(spectra_task, [(source, layer, idx, dtype) for layer, idx in tasks],
+    reads = task_tensors(source, tasks)
+    parts = engine.map(spectra_task, [(source, layer, idx, dtype, "cpu", r) for (layer, idx), r in zip(tasks, reads)],
                        weights=[len(idx) for _, idx in tasks], progress=progress)
     width = max((min(m.shape) for m in weights.matrices), default=0)
     values = np.zeros((count, width), dtype=np.float64)
@@ -546,4 +584,4 @@ def ramp_blocks(engine: Engine, source: Source, data, progress: Callable[[int], 
 
 
 __all__ = ["DaskEngine", "Engine", "InProcess", "LocalPool", "Source", "add_engine_arguments", "enclose_on",
-           "engine_options", "open_engine", "ramp_blocks", "source_of", "spectra_of", "tasks_of"]
+           "engine_options", "open_engine", "ramp_blocks", "source_of", "spectra_of", "task_tensors", "tasks_of"]
