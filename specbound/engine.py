@@ -17,7 +17,7 @@ process), ``scheduler`` the address of a Dask cluster; :func:`open_engine` makes
 Work is cut into *tasks* that describe what to compute, never the arrays: a :class:`Source`
 (checkpoint path, heads, view, SHA-256) plus a layer, the canonical indices of the matrices of one
 kind in it and the names of the checkpoint tensors those matrices are read from
-(:func:`task_tensors`, found by the client from the header alone).  A task opens the checkpoint
+(:func:`task_tensors`, found by the client from the header alone; a small layer is read whole).  A task opens the checkpoint
 itself, checks that its bytes have the client's SHA-256 (hashed once per process and file version;
 a worker that sees another file at the same path fails the run in one line), reads those tensors
 and no other (:func:`specbound.checkpoint.load_layers`: safetensors and GGUF tensors are read from
@@ -487,21 +487,38 @@ def tasks_of(weights) -> list[tuple[int, tuple[int, ...]]]:
     return [(layer, tuple(idx)) for (layer, _), idx in groups.items()]
 
 
-def task_tensors(source: Source, tasks: Sequence[tuple[int, tuple[int, ...]]]) -> list[frozenset[str] | None]:
-    """Per task of ``tasks``, the checkpoint tensors its matrices are read from
-    (:func:`specbound.checkpoint.matrix_tensors`, from the header alone), so that a task reads
-    those and nothing else of its layer; None (read the whole layer) where a matrix's tensors
-    cannot be told, and for every task when ``source`` is already built (nothing is read)."""
+WHOLE_LAYER_BYTES = 64 << 20
+"""A layer whose covered matrices' factors take at most this many bytes in float64 (64 MiB: MiniLM,
+GPT-2, Gemma 3 270M) is read whole by its tasks, as one build that the layer's other tasks in the
+same process reuse; a larger one (GPT-2-medium and up, 1.5 GB at 7B) is read tensor by tensor, each
+task holding its own tensors only.  Below it the memory saved is small and a build per task (a few
+ms: opening the checkpoint and the adapter's pass over the structure) would cost more than it."""
+
+
+def task_tensors(source: Source, weights, tasks: Sequence[tuple[int, tuple[int, ...]]]
+                 ) -> list[frozenset[str] | None]:
+    """Per task of ``tasks`` (over the structure ``weights``), the checkpoint tensors its matrices
+    are read from (:func:`specbound.checkpoint.matrix_tensors`, from the header alone), so that a
+    task reads those and nothing else of its layer; None (read the whole layer) for the tasks of a
+    layer of at most :data:`WHOLE_LAYER_BYTES`, where a matrix's tensors cannot be told, and for
+    every task when ``source`` is already built (nothing is read)."""
     if source.built is not None:
+        return [None] * len(tasks)
+    size: dict[int, int] = {}
+    for m in weights.matrices:
+        size[m.layer] = size.get(m.layer, 0) + 8 * (m.left.size + (0 if m.right is None else m.right.size))
+    large = [size[layer] > WHOLE_LAYER_BYTES for layer, _ in tasks]
+    if not any(large):
         return [None] * len(tasks)
     from .checkpoint import matrix_tensors
 
     per_matrix = matrix_tensors(source.checkpoint, num_heads=source.num_heads, view=source.view,
                                 sha256=source.sha256)
     out: list[frozenset[str] | None] = []
-    for _, idx in tasks:
+    for (_, idx), read_apart in zip(tasks, large):
         names = [per_matrix[j] for j in idx]
-        out.append(None if any(n is None for n in names) else frozenset().union(*names))
+        whole = not read_apart or any(n is None for n in names)
+        out.append(None if whole else frozenset().union(*names))
     return out
 
 
@@ -518,7 +535,7 @@ def enclose_on(engine: Engine, source: Source, weights, progress=None) -> tuple[
     from .adapters.helpers import is_placeholder, placeholder
 
     tasks = tasks_of(weights)
-    reads = task_tensors(source, tasks)
+    reads = task_tensors(source, weights, tasks)
     parts = engine.map(enclose_task, [(source, layer, idx, r) for (layer, idx), r in zip(tasks, reads)],
                        weights=[len(idx) for _, idx in tasks], progress=progress)
     out: list = [None] * len(weights.matrices)
@@ -547,7 +564,7 @@ def spectra_of(engine: Engine, source: Source, weights, dtype: str = "float64", 
                               weights=[count], progress=progress)
         return Spectra(tuple(weights.matrices), *parts)
     tasks = tasks_of(weights)
-    reads = task_tensors(source, tasks)
+    reads = task_tensors(source, weights, tasks)
     parts = engine.map(spectra_task, [(source, layer, idx, dtype, "cpu", r) for (layer, idx), r in zip(tasks, reads)],
                        weights=[len(idx) for _, idx in tasks], progress=progress)
     width = max((min(m.shape) for m in weights.matrices), default=0)

@@ -95,6 +95,7 @@ class TaskReads:
         for name in ("enclose_task", "spectra_task"):
             monkeypatch.setattr(engine, name, self._wrap(getattr(engine, name)))
         monkeypatch.setattr(engine, "_CACHE", {})
+        monkeypatch.setattr(engine, "WHOLE_LAYER_BYTES", 0)  # every layer counts as large here
 
     def _wrap(self, task):
         def run(source, layer, indices, *rest):
@@ -154,6 +155,20 @@ def test_the_tensors_behind_each_matrix_are_found_from_the_header(llama):
     assert proxy["L1.M_in"] is None and proxy["L1.M_out"] == own_tensors("float16", 1, "D")
 
 
+def test_a_small_layer_is_read_whole_once_and_a_large_one_tensor_by_tensor(llama, monkeypatch):
+    path = llama["float16"]
+    weights = load_layers(path, ())
+    source = engine.source_of(path, num_heads=None, view="analysis", sha256=weights.sha256)
+    tasks = engine.tasks_of(weights)
+    layer_bytes = 8 * sum(m.left.size + m.right.size if m.right is not None else m.left.size
+                          for m in weights.matrices if m.layer == 0)
+    monkeypatch.setattr(engine, "WHOLE_LAYER_BYTES", layer_bytes)  # at the limit: read whole
+    assert engine.task_tensors(source, weights, tasks) == [None] * len(tasks)
+    monkeypatch.setattr(engine, "WHOLE_LAYER_BYTES", layer_bytes - 1)
+    assert all(r == own_tensors("float16", layer, weights.matrices[idx[0]].kind)
+               for (layer, idx), r in zip(tasks, engine.task_tensors(source, weights, tasks)))
+
+
 def test_a_task_never_computes_on_a_tensor_it_did_not_read(llama):
     from specbound.errors import SpecboundError
 
@@ -174,7 +189,7 @@ def _families(tmp_path: Path, llama: dict[str, Path]) -> dict[str, Path]:
 
 def _whole_layers(monkeypatch) -> None:
     """The engine's previous reads: every task reads its whole layer."""
-    monkeypatch.setattr(engine, "task_tensors", lambda source, tasks: [None] * len(tasks))
+    monkeypatch.setattr(engine, "task_tensors", lambda source, weights, tasks: [None] * len(tasks))
     monkeypatch.setattr(engine, "_CACHE", {})
 
 
@@ -187,6 +202,7 @@ def _outputs(path: Path) -> tuple[str, ...]:
 
 
 def test_tensor_wise_tasks_give_the_whole_layer_tasks_bytes_for_every_family(llama, tmp_path, monkeypatch):
+    monkeypatch.setattr(engine, "WHOLE_LAYER_BYTES", 0)  # every layer counts as large here
     for family, path in _families(tmp_path, llama).items():
         tensor_wise = _outputs(path)
         with monkeypatch.context() as m:
