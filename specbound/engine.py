@@ -54,7 +54,7 @@ class Source:
     """What a task needs to open the checkpoint: an absolute path (None: the embedded default; an
     in-memory source runs in process only), ``num_heads``, the ``view`` and the SHA-256 the client
     computed.  ``built``: the whole model when this process has already built it, so that tasks
-    run here read nothing again; it is never sent (a worker elsewhere reads its own layer)."""
+    run here read nothing again; it is never sent (a worker elsewhere reads its own tensors)."""
 
     checkpoint: Any
     num_heads: int | None
@@ -306,7 +306,7 @@ WORKERS_PER_CPU = 4
 
 def max_workers() -> int:
     """The largest local pool: :data:`WORKERS_PER_CPU` processes per CPU, and at least 8.  More
-    processes than that only add memory (each holds a layer) and start-up time on one machine."""
+    processes than that only add memory (each holds one task's tensors) and start-up time on one machine."""
     return max(8, WORKERS_PER_CPU * (os.cpu_count() or 1))
 
 
@@ -552,7 +552,7 @@ def enclose_on(engine: Engine, source: Source, weights, progress=None) -> tuple[
 
 def spectra_of(engine: Engine, source: Source, weights, dtype: str = "float64", device="cpu", progress=None):
     """The :class:`specbound.numeric.spectra.Spectra` of ``weights`` computed by ``engine``'s tasks:
-    one per layer and kind on the CPU (one layer held at a time), one of the whole model on a torch
+    one per layer and kind on the CPU (one task's tensors held at a time), one of the whole model on a torch
     ``device`` (batched by shape across layers; the values stay on the device)."""
     import numpy as np
 
