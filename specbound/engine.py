@@ -17,13 +17,14 @@ process), ``scheduler`` the address of a Dask cluster; :func:`open_engine` makes
 Work is cut into *tasks* that describe what to compute, never the arrays: a :class:`Source`
 (checkpoint path, heads, view, SHA-256) plus a layer, the canonical indices of the matrices of one
 kind in it and the names of the checkpoint tensors those matrices are read from
-(:func:`task_tensors`, found by the client from the header alone; a small layer is read whole).  A task opens the checkpoint
-itself, checks that its bytes have the client's SHA-256 (hashed once per process and file version;
-a worker that sees another file at the same path fails the run in one line), reads those tensors
-and no other (:func:`specbound.checkpoint.load_layers`: safetensors and GGUF tensors are read from
-their own byte ranges of a memory map, found in the header; every other tensor is a zero-memory
-placeholder), builds its matrices, computes, and returns plain values: certified enclosures (sent between processes in
-their exact wire form, :mod:`specbound.certified.serialisation`: bit-identical balls), float spectra
+(:func:`task_tensors`, found by the client from the header alone; a small layer is read whole).
+A task opens the checkpoint itself, checks that its bytes have the client's SHA-256 (hashed once
+per process and file version; a worker that sees another file at the same path fails the run in
+one line), reads those tensors and no other (:func:`specbound.checkpoint.load_layers`: safetensors
+and GGUF tensors are read from their own byte ranges of a memory map, found in the header; every
+other tensor is a zero-memory placeholder), builds its matrices, computes, and returns plain
+values: certified enclosures (sent between processes in their exact wire form,
+:mod:`specbound.certified.serialisation`: bit-identical balls), float spectra
 as arrays, ramp-loss partial sums as exact fractions.  The client reassembles them in canonical order and does every Arb
 reduction itself, so the certificate is the same on every engine.  A task that fails on a worker
 ends the run with one :class:`~specbound.errors.SpecboundError` line (Dask first retries it), and
