@@ -4,7 +4,7 @@ against a plain float64 numpy SVD of the same matrices (issue 31).
 Usage:
     .venv/bin/python benchmarks/bench_llama7b.py [--layers 1] [--formats safetensors gguf]
         [--what plain certify dask profile ...] [--workers 2] [--plain-heads H]
-        [--dir DIR] [--keep] [--checkpoint-dir DIR] [--shape N,H,FF] [--json FILE]
+        [--dir DIR] [--keep] [--checkpoint-dir DIR] [--shape N,H,FF] [--json FILE] [--certificates DIR]
 
 Writes the checkpoint of ``benchmarks/llama7b.py`` (``--layers`` of the 32 layers, float16
 safetensors shards and/or GGUF Q4_K) into a temporary folder under ``--dir`` (deleted at the end
@@ -259,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the checkpoint written")
     ap.add_argument("--shape", default=None, metavar="N,H,FF", help="other shapes (a quick check of the script)")
     ap.add_argument("--json", default=None, metavar="FILE")
+    ap.add_argument("--certificates", default=None, metavar="DIR",
+                    help="also write each run's certificate (FORMAT-RUN.json, sorted keys) into DIR, e.g. to "
+                         "compare two revisions byte for byte")
     args = ap.parse_args(argv)
     os.environ.update(ONE_THREAD)
     shapes = llama7b.parse_shape(args.shape, args.layers)
@@ -307,9 +310,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {args.workers} Dask workers: {spectra}certify {d['certify_wall_s']:.1f} s wall "
                       f"({d['certify_worker_cpu_s']:.1f} workers' CPU s), workers' peak {d['worker_peak_rss_mb']} MB, "
                       f"client {d['client_peak_rss_mb']} MB, identical certificate: {same}", flush=True)
-            for r in runs.values():
-                if isinstance(r, dict):
-                    r.pop("certificate", None)
+            for name, r in runs.items():
+                if isinstance(r, dict) and "certificate" in r:
+                    cert = r.pop("certificate")
+                    if args.certificates:
+                        Path(args.certificates).mkdir(parents=True, exist_ok=True)
+                        (Path(args.certificates) / f"{fmt}-{name}.json").write_text(cert)
             if "plain" in runs:
                 base = runs["plain"]["extrapolated_cpu_s"]
                 for name in ("certify", "spectra"):

@@ -76,7 +76,8 @@ from .vocabulary import VIEW_ANALYSIS
 __all__ = [
     # defined here
     "CheckpointSource", "MAX_WEIGHT_MAGNITUDE", "MIN_WEIGHT_MAGNITUDE", "resolve_source",
-    "open_checkpoint", "read_tensors", "read_metadata", "load_weights", "load_layers", "check_digest",
+    "open_checkpoint", "read_tensors", "read_metadata", "load_weights", "load_layers", "matrix_tensors",
+    "check_digest",
     # re-exported from the modules this one was split into, so callers keep importing them here
     "Checkpoint", "FLOAT_DTYPES", "HF_WEIGHT_FILES", "MAX_CONFIG_BYTES", "MAX_CONFIG_DEPTH",
     "MAX_STATE_DEPTH", "MAX_TORCH_COMPRESSED", "MAX_TORCH_PICKLE", "INDEX_FILES", "Opened",
@@ -277,7 +278,7 @@ def _check_magnitudes(where, weights: AnalysisWeights) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# partial builds (the engine's tasks): only some layers' tensors are read
+# partial builds (the engine's tasks): only some tensors are read
 
 
 def load_layers(
@@ -288,33 +289,88 @@ def load_layers(
     activation: str | None = None,
     view: str = VIEW_ANALYSIS,
     sha256: str = "",
+    tensors: Iterable[str] = (),
 ) -> AnalysisWeights:
-    """:func:`load_weights` reading only the tensors of ``layers`` (and of no layer).
+    """:func:`load_weights` reading only the tensors of ``layers``, the tensors named in ``tensors``
+    (an engine task's: :func:`matrix_tensors`) and those of no layer.
 
-    The result has every matrix of the full build, in the same order, with the same facts; the
-    matrices of ``layers`` hold the same values as :func:`load_weights` gives (and pass the same
-    magnitude check), the others are zero-memory placeholders
-    (:func:`specbound.adapters.helpers.is_placeholder`) that must not be used as values.  So a
-    worker holds one layer at a time, and ``layers=()`` gives the structure alone.  ``sha256``: the
-    digest the caller computed (an engine task's client); the files this process opens must have it
-    (:func:`check_digest`), so that a worker seeing other bytes at the same path fails instead of
-    computing another network's enclosures.
+    The result has every matrix of the full build, in the same order, with the same facts; a matrix
+    whose tensors were all read holds the same values as :func:`load_weights` gives (and passes the
+    same magnitude check), the others are zero-memory placeholders
+    (:func:`specbound.adapters.helpers.is_placeholder`) that must not be used as values (a matrix
+    of which one factor was read has the other as a placeholder).  So a worker holds one task's
+    tensors at a time, and ``layers=()`` without ``tensors`` gives the structure alone.
+    ``sha256``: the digest the caller computed (an engine task's client); the files this process
+    opens must have it (:func:`check_digest`), so that a worker seeing other bytes at the same path
+    fails instead of computing another network's enclosures.
     """
+    from .adapters.helpers import is_placeholder
+
+    ckpt, partial = _partial(path, layers, tensors, sha256)
+    weights = _adapt(partial, num_heads=num_heads, activation=activation, view=view)
+    built = [m for m in weights.matrices if not is_placeholder(m.left)]
+    _check_magnitudes(ckpt.path, _only(weights, built))
+    return weights
+
+
+def matrix_tensors(
+    path: CheckpointSource | None,
+    *,
+    num_heads: int | None = None,
+    activation: str | None = None,
+    view: str = VIEW_ANALYSIS,
+    sha256: str = "",
+) -> tuple[frozenset[str] | None, ...]:
+    """Per covered matrix, in canonical order, the names of the checkpoint tensors its values are
+    read from (None where that cannot be told: read its whole layer), found from the header alone.
+
+    A structure build whose placeholders are traced (:class:`~specbound.partial.PartialCheckpoint`):
+    a factor that is a traced placeholder comes from that tensor alone (slices, transposes and
+    contiguous copies keep the placeholder's id; any arithmetic makes a new array).  So
+    :func:`load_layers` with ``tensors`` = the union over some matrices reads exactly their tensors
+    and builds them with the values of the full build.  A factor that is not a traced placeholder
+    (e.g. ``[gate | up]`` put side by side in the proxy view) gives None.
+    """
+    from .adapters.helpers import is_placeholder
+    from .partial import placeholder_id
+
+    traced: dict = {}
+    _, partial = _partial(path, (), (), sha256, traced)
+    weights = _adapt(partial, num_heads=num_heads, activation=activation, view=view)
+    out: list[frozenset[str] | None] = []
+    for m in weights.matrices:
+        names = set()
+        for factor in (m.left, m.right):
+            if factor is None:
+                continue
+            found = traced.get(placeholder_id(factor)) if is_placeholder(factor) else None
+            if found is None:
+                names = None
+                break
+            names.add(found[0])
+        out.append(None if names is None else frozenset(names))
+    return tuple(out)
+
+
+def _partial(path, layers, tensors, sha256: str, traced: dict | None = None):
+    """(the opened checkpoint, its :class:`PartialCheckpoint` reading ``layers`` and ``tensors``),
+    the bytes checked against ``sha256`` when given."""
     from dataclasses import fields
 
-    from .adapters import detect
-    from .adapters.helpers import is_placeholder
     from .data import default_checkpoint_path
 
     ckpt = open_checkpoint(default_checkpoint_path() if path is None else path)
     if sha256 and not is_in_memory(path):
         check_digest(ckpt.path, ckpt.sha256(), sha256)
     values = {f.name: getattr(ckpt, f.name) for f in fields(Checkpoint)}
-    partial = PartialCheckpoint(**values, keep=frozenset(int(l) for l in layers), digest=sha256)
-    weights = detect(partial).adapt(partial, num_heads=num_heads, activation=activation, view=view)
-    built = [m for m in weights.matrices if not is_placeholder(m.left)]
-    _check_magnitudes(ckpt.path, _only(weights, built))
-    return weights
+    return ckpt, PartialCheckpoint(**values, keep=frozenset(int(l) for l in layers), digest=sha256,
+                                   also=frozenset(tensors), traced=traced)
+
+
+def _adapt(partial, **kw) -> AnalysisWeights:
+    from .adapters import detect
+
+    return detect(partial).adapt(partial, **kw)
 
 
 def check_digest(where, found: str, expected: str) -> None:

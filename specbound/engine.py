@@ -15,13 +15,16 @@ and CLI): ``workers`` is how many processes of this machine compute (1, the defa
 process), ``scheduler`` the address of a Dask cluster; :func:`open_engine` makes the engine.
 
 Work is cut into *tasks* that describe what to compute, never the arrays: a :class:`Source`
-(checkpoint path, heads, view, SHA-256) plus a layer and the canonical indices of the matrices of
-one kind in it.  A task opens the checkpoint itself (safetensors are memory-mapped), checks that
-its bytes have the client's SHA-256 (hashed once per process and file version; a worker that sees
-another file at the same path fails the run in one line), builds only
-that layer's matrices (:func:`specbound.checkpoint.load_layers`; the other layers are zero-memory
-placeholders), computes, and returns plain values: certified enclosures (sent between processes in
-their exact wire form, :mod:`specbound.certified.serialisation`: bit-identical balls), float spectra
+(checkpoint path, heads, view, SHA-256) plus a layer, the canonical indices of the matrices of one
+kind in it and the names of the checkpoint tensors those matrices are read from
+(:func:`task_tensors`, found by the client from the header alone; a small layer is read whole).
+A task opens the checkpoint itself, checks that its bytes have the client's SHA-256 (hashed once
+per process and file version; a worker that sees another file at the same path fails the run in
+one line), reads those tensors and no other (:func:`specbound.checkpoint.load_layers`: safetensors
+and GGUF tensors are read from their own byte ranges of a memory map, found in the header; every
+other tensor is a zero-memory placeholder), builds its matrices, computes, and returns plain
+values: certified enclosures (sent between processes in their exact wire form,
+:mod:`specbound.certified.serialisation`: bit-identical balls), float spectra
 as arrays, ramp-loss partial sums as exact fractions.  The client reassembles them in canonical order and does every Arb
 reduction itself, so the certificate is the same on every engine.  A task that fails on a worker
 ends the run with one :class:`~specbound.errors.SpecboundError` line (Dask first retries it), and
@@ -52,7 +55,7 @@ class Source:
     """What a task needs to open the checkpoint: an absolute path (None: the embedded default; an
     in-memory source runs in process only), ``num_heads``, the ``view`` and the SHA-256 the client
     computed.  ``built``: the whole model when this process has already built it, so that tasks
-    run here read nothing again; it is never sent (a worker elsewhere reads its own layer)."""
+    run here read nothing again; it is never sent (a worker elsewhere reads its own tensors)."""
 
     checkpoint: Any
     num_heads: int | None
@@ -304,7 +307,7 @@ WORKERS_PER_CPU = 4
 
 def max_workers() -> int:
     """The largest local pool: :data:`WORKERS_PER_CPU` processes per CPU, and at least 8.  More
-    processes than that only add memory (each holds a layer) and start-up time on one machine."""
+    processes than that only add memory (each holds one task's tensors) and start-up time on one machine."""
     return max(8, WORKERS_PER_CPU * (os.cpu_count() or 1))
 
 
@@ -385,17 +388,18 @@ def engine_options(args: argparse.Namespace) -> dict:
 # tasks (module-level so that they pickle by reference)
 
 _CACHE: dict = {}
-"""The last weights a process built for its tasks (one entry: one layer, or one full model)."""
+"""The last weights a process built for its tasks (one entry: one task's tensors, or one full model)."""
 
 
-def _weights(source: Source, layer: int | None):
-    """The weights of ``source`` with ``layer`` built (None: every layer), cached for the next task."""
+def _weights(source: Source, layer: int | None, tensors: frozenset[str] | None = None):
+    """The weights of ``source`` with ``tensors`` built (None: every tensor of ``layer``; ``layer``
+    None: every layer), cached for the next task."""
     if source.built is not None:
         return source.built
-    key = (source, layer)
+    key = (source, layer, tensors)
     weights = _CACHE.get(key)
     if weights is None:
-        _CACHE.clear()  # release the previous layer before reading the next
+        _CACHE.clear()  # release the previous task's tensors before reading the next
         from .checkpoint import check_digest, load_layers, load_weights
 
         if layer is None:
@@ -403,11 +407,25 @@ def _weights(source: Source, layer: int | None):
             if source.portable:  # the bytes read here must be those the client hashed
                 check_digest(weights.extra.get("weights_file", source.checkpoint), weights.sha256, source.sha256)
         else:  # load_layers checks the digest itself
-            weights = load_layers(source.checkpoint, (layer,), num_heads=source.num_heads,
-                                  view=source.view, sha256=source.sha256)
+            weights = load_layers(source.checkpoint, (layer,) if tensors is None else (),
+                                  tensors=tensors or (), num_heads=source.num_heads, view=source.view,
+                                  sha256=source.sha256)
         _CACHE.clear()  # (a worker with several threads: keep one entry)
         _CACHE[key] = weights
     return weights
+
+
+def _built(weights, indices: tuple[int, ...]) -> list:
+    """The matrices ``indices`` of ``weights``, each with every factor read: a placeholder here
+    would be computed on as if it were the matrix, so it ends the task instead (one line)."""
+    from .adapters.helpers import is_placeholder
+
+    mats = [weights.matrices[j] for j in indices]
+    for m in mats:
+        if is_placeholder(m.left) or (m.right is not None and is_placeholder(m.right)):
+            raise SpecboundError(f"matrix {m.name}: a task was given without the tensors it is built from "
+                                 "(an engine bug; nothing was computed on it)")
+    return mats
 
 
 class _Enclosures(list):
@@ -426,26 +444,27 @@ def _enclosures_from_wire(wires: list[dict]) -> _Enclosures:
     return _Enclosures(enclosure_from_wire(w) for w in wires)
 
 
-def enclose_task(source: Source, layer: int, indices: tuple[int, ...]) -> tuple[_Enclosures, list[tuple]]:
-    """Certified enclosures of the matrices ``indices`` (all of ``layer``), and for each matrix
-    whether its left and right factors are exactly zero (right: None if dense)."""
+def enclose_task(source: Source, layer: int, indices: tuple[int, ...], tensors: frozenset[str] | None = None
+                 ) -> tuple[_Enclosures, list[tuple]]:
+    """Certified enclosures of the matrices ``indices`` (all of ``layer``), read from the checkpoint
+    tensors ``tensors`` alone (None: every tensor of ``layer``), and for each matrix whether its
+    left and right factors are exactly zero (right: None if dense)."""
     import numpy as np
 
     from .certified.gram_enclosure import enclose_matrices
 
-    weights = _weights(source, layer)
-    mats = [weights.matrices[j] for j in indices]
+    mats = _built(_weights(source, layer, tensors), indices)
     zero = [(not np.any(m.left), None if m.right is None else not np.any(m.right)) for m in mats]
     return _Enclosures(enclose_matrices(mats)), zero
 
 
 def spectra_task(source: Source, layer: int | None, indices: tuple[int, ...], dtype: str,
-                 device="cpu") -> tuple:
-    """Float singular values and norms of the matrices ``indices`` (as ``spectra`` computes them)."""
+                 device="cpu", tensors: frozenset[str] | None = None) -> tuple:
+    """Float singular values and norms of the matrices ``indices`` (as ``spectra`` computes them),
+    read from ``tensors`` as :func:`enclose_task` does."""
     from .numeric.spectra import spectra_on
 
-    weights = _weights(source, layer)
-    s = spectra_on([weights.matrices[j] for j in indices], dtype=dtype, device=device)
+    s = spectra_on(_built(_weights(source, layer, tensors), indices), dtype=dtype, device=device)
     return (s.values, s.counts, s.frobenius, s.norm_21, s.norm_11)
 
 
@@ -469,6 +488,41 @@ def tasks_of(weights) -> list[tuple[int, tuple[int, ...]]]:
     return [(layer, tuple(idx)) for (layer, _), idx in groups.items()]
 
 
+WHOLE_LAYER_BYTES = 64 << 20
+"""A layer whose covered matrices' factors take at most this many bytes in float64 (64 MiB: MiniLM,
+GPT-2, Gemma 3 270M) is read whole by its tasks, as one build that the layer's other tasks in the
+same process reuse; a larger one (GPT-2-medium and up, 1.5 GB at 7B) is read tensor by tensor, each
+task holding its own tensors only.  Below it the memory saved is small and a build per task (a few
+ms: opening the checkpoint and the adapter's pass over the structure) would cost more than it."""
+
+
+def task_tensors(source: Source, weights, tasks: Sequence[tuple[int, tuple[int, ...]]]
+                 ) -> list[frozenset[str] | None]:
+    """Per task of ``tasks`` (over the structure ``weights``), the checkpoint tensors its matrices
+    are read from (:func:`specbound.checkpoint.matrix_tensors`, from the header alone), so that a
+    task reads those and nothing else of its layer; None (read the whole layer) for the tasks of a
+    layer of at most :data:`WHOLE_LAYER_BYTES`, where a matrix's tensors cannot be told, and for
+    every task when ``source`` is already built (nothing is read)."""
+    if source.built is not None:
+        return [None] * len(tasks)
+    size: dict[int, int] = {}
+    for m in weights.matrices:
+        size[m.layer] = size.get(m.layer, 0) + 8 * (m.left.size + (0 if m.right is None else m.right.size))
+    large = [size[layer] > WHOLE_LAYER_BYTES for layer, _ in tasks]
+    if not any(large):
+        return [None] * len(tasks)
+    from .checkpoint import matrix_tensors
+
+    per_matrix = matrix_tensors(source.checkpoint, num_heads=source.num_heads, view=source.view,
+                                sha256=source.sha256)
+    out: list[frozenset[str] | None] = []
+    for (_, idx), read_apart in zip(tasks, large):
+        names = [per_matrix[j] for j in idx]
+        whole = not read_apart or any(n is None for n in names)
+        out.append(None if whole else frozenset().union(*names))
+    return out
+
+
 def enclose_on(engine: Engine, source: Source, weights, progress=None) -> tuple[list, Any]:
     """(enclosures of every matrix of ``weights`` in canonical order, ``weights`` with its
     placeholders marking which factors are exactly zero), computed by ``engine``'s tasks.
@@ -482,7 +536,8 @@ def enclose_on(engine: Engine, source: Source, weights, progress=None) -> tuple[
     from .adapters.helpers import is_placeholder, placeholder
 
     tasks = tasks_of(weights)
-    parts = engine.map(enclose_task, [(source, layer, idx) for layer, idx in tasks],
+    reads = task_tensors(source, weights, tasks)
+    parts = engine.map(enclose_task, [(source, layer, idx, r) for (layer, idx), r in zip(tasks, reads)],
                        weights=[len(idx) for _, idx in tasks], progress=progress)
     out: list = [None] * len(weights.matrices)
     mats = list(weights.matrices)
@@ -498,7 +553,7 @@ def enclose_on(engine: Engine, source: Source, weights, progress=None) -> tuple[
 
 def spectra_of(engine: Engine, source: Source, weights, dtype: str = "float64", device="cpu", progress=None):
     """The :class:`specbound.numeric.spectra.Spectra` of ``weights`` computed by ``engine``'s tasks:
-    one per layer and kind on the CPU (one layer held at a time), one of the whole model on a torch
+    one per layer and kind on the CPU (one task's tensors held at a time), one of the whole model on a torch
     ``device`` (batched by shape across layers; the values stay on the device)."""
     import numpy as np
 
@@ -510,7 +565,8 @@ def spectra_of(engine: Engine, source: Source, weights, dtype: str = "float64", 
                               weights=[count], progress=progress)
         return Spectra(tuple(weights.matrices), *parts)
     tasks = tasks_of(weights)
-    parts = engine.map(spectra_task, [(source, layer, idx, dtype) for layer, idx in tasks],
+    reads = task_tensors(source, weights, tasks)
+    parts = engine.map(spectra_task, [(source, layer, idx, dtype, "cpu", r) for (layer, idx), r in zip(tasks, reads)],
                        weights=[len(idx) for _, idx in tasks], progress=progress)
     width = max((min(m.shape) for m in weights.matrices), default=0)
     values = np.zeros((count, width), dtype=np.float64)
@@ -546,4 +602,4 @@ def ramp_blocks(engine: Engine, source: Source, data, progress: Callable[[int], 
 
 
 __all__ = ["DaskEngine", "Engine", "InProcess", "LocalPool", "Source", "add_engine_arguments", "enclose_on",
-           "engine_options", "open_engine", "ramp_blocks", "source_of", "spectra_of", "tasks_of"]
+           "engine_options", "open_engine", "ramp_blocks", "source_of", "spectra_of", "task_tensors", "tasks_of"]

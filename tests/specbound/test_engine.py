@@ -146,6 +146,7 @@ def test_cpu_spectra_in_process_read_one_layer_at_a_time(capsys, tmp_path, monke
 def _spy_on_builds(monkeypatch) -> list:
     """Record the layers of every partial build; a whole-model build fails the test."""
     import specbound.api  # noqa: F401 - imported before the patch: it binds load_weights by name
+    from specbound.partial import layer_of_name
     import specbound.checkpoint as checkpoint
     import specbound.engine as engine
     import specbound.pipeline as pipeline
@@ -154,7 +155,9 @@ def _spy_on_builds(monkeypatch) -> list:
     real = checkpoint.load_layers
 
     def spy(path, layers, **kw):
-        built.append(tuple(layers))
+        # the layers a build reads: those it keeps whole, and those of the tensors it names
+        named = {layer_of_name(t) for t in kw.get("tensors", ())}
+        built.append(tuple(sorted(set(layers) | named)))
         return real(path, layers, **kw)
 
     def refuse(*a, **k):
