@@ -115,11 +115,14 @@ def _project_radius(pp: SimpleNamespace, eps: np.ndarray, net: IntervalNetwork, 
     return _rec(tr, name, add_up(lip, rounding, TINY))
 
 
-def _residual_program(a: np.ndarray, m: np.ndarray, ok: np.ndarray) -> SimpleNamespace:
-    s = a + m
-    ns = norm_up(s)
-    _finite(ok, ns)
-    return SimpleNamespace(s=s, ns=ns)
+def _residual_program(a: np.ndarray, m: np.ndarray, ok: np.ndarray, in_place: bool) -> SimpleNamespace:
+    """Step 8's program ``fl(a + m)`` (into ``a`` when ``in_place``: the float forward's own memory
+    traffic); its norm ``ns`` is the next projection's ``N(s)`` (one sum of squares for both), set by
+    :func:`_layer`."""
+    if in_place:
+        a += m
+        return SimpleNamespace(s=a)
+    return SimpleNamespace(s=a + m)
 
 
 def _residual_radius(rp: SimpleNamespace, eps_a, delta, tr, name):
@@ -148,21 +151,22 @@ def _rotate_radius(eps: np.ndarray, norms: np.ndarray, net: IntervalNetwork, tr,
 
 
 def _keymax(a: np.ndarray, causal: bool, Tq: int) -> np.ndarray:
-    """Max over the key set of each query row: ``a`` (..., T) -> (..., Tq) or (..., 1); prefix maxima when
-    causal and every row is a query (row t keeps keys s <= t), else the max over all keys."""
-    if causal and Tq == a.shape[-1] and Tq > 1:
-        return np.maximum.accumulate(a, axis=-1)
-    return a.max(axis=-1, keepdims=True)  # (..., 1): broadcasts against the query rows
+    """Max over the key set of each query row: ``a`` (B, T, ...) with the keys on axis 1 -> (B, Tq, ...) or
+    (B, 1, ...); prefix maxima when causal and every row is a query (row t keeps keys s <= t), else the max
+    over all keys.  (Axis 1 of the per-row layout: the reduction runs over whole contiguous rows.)"""
+    if causal and Tq == a.shape[1] and Tq > 1:
+        return np.maximum.accumulate(a, axis=1)
+    return a.max(axis=1, keepdims=True)  # (B, 1, ...): broadcasts against the query rows
 
 
 def _box_halfwidth(v: np.ndarray, causal: bool, Tq: int) -> np.ndarray:
-    """omega: the norm of the half-widths of the bounding box of each row's values; ``v`` (B, H, T, d)
-    -> (B, H, Tq) (note step 6 (b1))."""
-    if causal and Tq == v.shape[2] and Tq > 1:
-        hi, lo = np.maximum.accumulate(v, axis=2), np.minimum.accumulate(v, axis=2)
+    """omega: the norm of the half-widths of the bounding box of each row's values; ``v`` (B, T, G, d)
+    per key/value group -> (B, Tq, G) or (B, 1, G) (note step 6 (b1))."""
+    if causal and Tq == v.shape[1] and Tq > 1:
+        hi, lo = np.maximum.accumulate(v, axis=1), np.minimum.accumulate(v, axis=1)
     else:
-        hi, lo = v.max(axis=2, keepdims=True), v.min(axis=2, keepdims=True)
-    return norm_up(upn(upn(hi - lo) * 0.5))  # hi - lo >= 0; (B, H, Tq) or (B, H, 1)
+        hi, lo = v.max(axis=1, keepdims=True), v.min(axis=1, keepdims=True)
+    return norm_up(upn(upn(hi - lo) * 0.5))  # hi - lo >= 0
 
 
 @lru_cache(maxsize=64)
@@ -201,7 +205,7 @@ def _softmax_errors(S, T: int, d: int, tr):
 
 
 def _to_heads(a: np.ndarray, lay: IntervalLayer, same: bool) -> np.ndarray:
-    """(B, T, G) per key/value group -> (B, H, T) per head."""
+    """(B, T, G) per key/value group -> (B, H, T) per head (T may be 1: a key maximum)."""
     return a.transpose(0, 2, 1) if same else a.transpose(0, 2, 1)[:, lay.group]
 
 
@@ -243,7 +247,7 @@ def _attention_program(net: IntervalNetwork, lay: IntervalLayer, x, nx, last: bo
     ap.h, ap.A = hh[..., :dv], hh[..., dv]
     ap.Hn, ap.Hlo = norms_both(ap.h)
     _finite(ok, ap.Hn)
-    ap.omega = _box_halfwidth(v.transpose(0, 2, 1, 3) if same else v.transpose(0, 2, 1, 3)[:, grp], net.causal, Tq)
+    ap.omega = _to_heads(_box_halfwidth(v, net.causal, Tq), lay, same)
     hcat = ap.h.transpose(0, 2, 1, 3).reshape(B, Tq, H * dv)
     ap.n_cat = norm_up(hcat)
     _finite(ok, ap.n_cat)
@@ -271,12 +275,12 @@ def _attention_radius(net: IntervalNetwork, lay: IntervalLayer, ap: SimpleNamesp
     _rec(tr, "h_hat", ap.h)
     _rec(tr, "A_hat", ap.A)
     same, causal = ap.same, net.causal
-    ek, Kh, ev = (_to_heads(a, lay, same) for a in (eps_k, ap.Kn, eps_v))
-    Vh = _to_heads(ap.Vn, lay, same)
+    # key maxima per key/value group on the (B, T, G) rows, then per head (B, H, Tq | 1)
+    ek, Kg, ev = eps_k, ap.Kn, eps_v
     _, g_T, T_alpha, one_g_d, inv_g_T, g_d = _softmax_constants(T, d)
-    m1 = _keymax(add_up(Kh, ek), causal, Tq)
-    m2 = _keymax(add_up(ek, mul_up(Kh, g_d)), causal, Tq)
-    mEv = _keymax(ev, causal, Tq)
+    m1 = _to_heads(_keymax(add_up(Kg, ek), causal, Tq), lay, same)
+    m2 = _to_heads(_keymax(add_up(ek, mul_up(Kg, g_d)), causal, Tq), lay, same)
+    mEv = _to_heads(_keymax(ev, causal, Tq), lay, same)
     Qh, eq = ap.Qn.transpose(0, 2, 1), eps_q.transpose(0, 2, 1)
     # step 4: the score radius r and the magnitude S per query row
     r1 = _rec(tr, "r.1", mul_up(eq, m1))
@@ -286,7 +290,7 @@ def _attention_radius(net: IntervalNetwork, lay: IntervalLayer, ap: SimpleNamesp
     if tr is None and getattr(ap, "radius_free", None) is not None:
         S, eta_p, lam, bad, e_g, W, hc = ap.radius_free  # the radius-independent terms, computed once
     else:
-        mK, mV = _keymax(Kh, causal, Tq), _keymax(Vh, causal, Tq)
+        mK, mV = _to_heads(_keymax(Kg, causal, Tq), lay, same), _to_heads(_keymax(ap.Vn, causal, Tq), lay, same)
         S = _rec(tr, "S", add_up(mul_up(mul_up(Qh, one_g_d), mK), TINY))
         # step 5: the softmax program's errors per row
         eta_p, lam, bad = _softmax_errors(S, T, d, tr)
@@ -432,16 +436,21 @@ def _layer(net: IntervalNetwork, lay: IntervalLayer, x, delta, nx, last: bool, o
     st = SimpleNamespace(delta=delta)
     st.ap = _attention_program(net, lay, x, nx, last, ok)
     att = st.ap.out
+    in_place = tr is None  # the trace records the rows before the sum
     if net.residual:
-        st.rp1 = _residual_program(att, st.ap.xq, ok)
+        st.rp1 = _residual_program(att, st.ap.xq, ok, in_place)
         att = st.rp1.s
     st.pp1 = _project_program(att, ok)
+    if net.residual:
+        st.rp1.ns = st.pp1.nu_hi
     st.fp = _feed_forward_program(lay, st.pp1.y, ok)
     z = st.fp.z
     if net.residual:
-        st.rp2 = _residual_program(z, st.pp1.y, ok)
+        st.rp2 = _residual_program(z, st.pp1.y, ok, in_place)
         z = st.rp2.s
     st.pp2 = _project_program(z, ok)
+    if net.residual:
+        st.rp2.ns = st.pp2.nu_hi
     st.att = attention_stage_radius(net, lay, st, delta, tr)
     _rec(tr, "y_hat", st.pp1.y)
     st.ff = ff_stage_radius(net, lay, st, st.att.out, tr)
