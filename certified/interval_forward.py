@@ -49,8 +49,24 @@ MAX_INPUT = 2.0**500
 """Float input rows with an entry above this are not certified (their squared norms could overflow)."""
 
 BATCH = 1024
-"""Samples per batch (every sample's program is the same whatever the batch): large enough that numpy's
-per-call overhead on the small per-row bound arrays is amortised (measured: 1024 beats 256 by 10-40%)."""
+"""The most samples per batch (every sample's program is the same whatever the batch)."""
+
+BATCH_BYTES = 2**21
+""":func:`batch_size` keeps the widest array of a batch within this many bytes (about one core's L2 cache):
+larger batches amortise numpy's per-call overhead on the small per-row bound arrays, but arrays beyond
+the cache, and beyond what the allocator keeps mapped, cost more in memory traffic and page faults than
+that overhead (benchmarks/bench_interval_forward.py: 128 samples of the L4 N64 models run 1.3-2x faster
+per sample than 1024)."""
+
+
+def batch_size(net: IntervalNetwork, T: int) -> int:
+    """Samples per batch for sequences of length ``T``: the largest power of two <= :data:`BATCH` (and
+    >= 32) whose widest array (rows, feed-forward rows, scores, value rows) fits :data:`BATCH_BYTES`."""
+    widest = max([net.width] + [max(lay.ff[0].shape[1], lay.num_heads * max(T, lay.dv)) for lay in net.layers])
+    b = BATCH
+    while b > 32 and b * T * widest * 8 > BATCH_BYTES:
+        b //= 2
+    return b
 
 _U = UNIT_ROUNDOFF
 _U1 = 2.0**-53 + 2.0**-105
@@ -156,7 +172,9 @@ def _keymax(a: np.ndarray, causal: bool, Tq: int) -> np.ndarray:
     over all keys.  (Axis 1 of the per-row layout: the reduction runs over whole contiguous rows.)"""
     if causal and Tq == a.shape[1] and Tq > 1:
         return np.maximum.accumulate(a, axis=1)
-    return a.max(axis=1, keepdims=True)  # (B, 1, ...): broadcasts against the query rows
+    # keys first and contiguous: numpy then reduces whole rows at a time (a strided axis-1 max over few
+    # groups runs element by element, several times slower)
+    return np.ascontiguousarray(np.moveaxis(a, 1, 0)).max(axis=0)[:, None]  # (B, 1, ...)
 
 
 def _box_halfwidth(v: np.ndarray, causal: bool, Tq: int) -> np.ndarray:
@@ -165,7 +183,8 @@ def _box_halfwidth(v: np.ndarray, causal: bool, Tq: int) -> np.ndarray:
     if causal and Tq == v.shape[1] and Tq > 1:
         hi, lo = np.maximum.accumulate(v, axis=1), np.minimum.accumulate(v, axis=1)
     else:
-        hi, lo = v.max(axis=1, keepdims=True), v.min(axis=1, keepdims=True)
+        vt = np.ascontiguousarray(np.moveaxis(v, 1, 0))
+        hi, lo = vt.max(axis=0)[:, None], vt.min(axis=0)[:, None]
     return norm_up(upn(upn(hi - lo) * 0.5))  # hi - lo >= 0
 
 
@@ -510,10 +529,10 @@ class IntervalPass:
     and returning radii ``<= radius`` that still enclose (the adjoint refinement of
     proofs_notes/interval_adjoint.md, set by :func:`specbound.certified.interval_adjoint.refined_pass`)."""
 
-    def rows(self, rows: np.ndarray, batch: int = BATCH) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def rows(self, rows: np.ndarray, batch: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return outputs_of_rows(self, rows, batch)
 
-    def tokens(self, E, P, tokens, batch: int = BATCH, table=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def tokens(self, E, P, tokens, batch: int | None = None, table=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return outputs_of_tokens(self, E, P, tokens, batch, table)
 
 
@@ -546,12 +565,14 @@ def input_rows(rows: np.ndarray, net: IntervalNetwork) -> tuple[np.ndarray, np.n
     return x0, delta0, ok
 
 
-def outputs_of_rows(ip: IntervalPass, rows: np.ndarray, batch: int = BATCH):
-    """(f_hat, radius, ok) for float input rows (n, T, N) before Pi (step 12, float-row path)."""
+def outputs_of_rows(ip: IntervalPass, rows: np.ndarray, batch: int | None = None):
+    """(f_hat, radius, ok) for float input rows (n, T, N) before Pi (step 12, float-row path); ``batch``
+    samples at a time (None: :func:`batch_size`)."""
     rows = np.asarray(rows, dtype=np.float64)
     n, T, N = rows.shape
     if N != ip.net.width:
         raise NotApplicable(f"inputs have width {N}, the network {ip.net.width}")
+    batch = batch or batch_size(ip.net, T)
     k = ip.net.k
     f, rad, okall = np.empty((n, k)), np.empty((n, k)), np.empty(n, dtype=bool)
     for a in range(0, n, batch):
@@ -561,7 +582,7 @@ def outputs_of_rows(ip: IntervalPass, rows: np.ndarray, batch: int = BATCH):
 
 
 def outputs_of_tokens(ip: IntervalPass, E: np.ndarray, P: np.ndarray | None, tokens: np.ndarray,
-                      batch: int = BATCH, table: tuple | None = None):
+                      batch: int | None = None, table: tuple | None = None):
     """(f_hat, radius, ok) for token sequences (n, T): the binary64 table of (position, token) rows
     of fast_forward.md step 4 (Arb; or ``table = (rows, delta0)`` of :func:`token_table` for a superset of
     these tokens), then the pass."""
@@ -573,6 +594,7 @@ def outputs_of_tokens(ip: IntervalPass, E: np.ndarray, P: np.ndarray | None, tok
     table, delta0 = table
     d0 = float_up(delta0)
     n, T = tokens.shape
+    batch = batch or batch_size(ip.net, T)
     pos = np.arange(T)
     k = ip.net.k
     f, rad, okall = np.empty((n, k)), np.empty((n, k)), np.empty(n, dtype=bool)
@@ -594,7 +616,9 @@ def output_enclosures(f: np.ndarray, rad: np.ndarray, ok: np.ndarray) -> tuple[n
 
 
 __all__ = (
+    "BATCH",
     "IntervalPass",
+    "batch_size",
     "input_rows",
     "interval_outputs",
     "output_enclosures",
