@@ -163,9 +163,10 @@ def _clock() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
 
-def bench(path: Path, n: int, reps: int, rho: float, target: float) -> None:
+def bench(path: Path, n: int, reps: int, rho: float, target: float, fallback: Path) -> None:
     w = load_weights(str(path))
-    task = Task.from_record(task_record(w, str(path)))
+    # the model's own task record, else the toy's (the L4 N64 model of 2c records only its config)
+    task = Task.from_record(task_record(w, str(path)) or task_record(w, str(fallback)))
     tokens, labels = task.sample(n, np.random.default_rng(3))
     E, P = w.extra["embedding.E"], w.extra.get("embedding.P")
     ip = prepare(w)
@@ -225,7 +226,8 @@ def bench(path: Path, n: int, reps: int, rho: float, target: float) -> None:
         print(f"  {label:<17} {n / med_c[key]:>8.0f} samples/s CPU ({n / med_w[key]:>8.0f} wall)   ratio to float "
               f"{med_c[key] / med_c[fc]:.2f} CPU, {med_w[key] / med_w[fw]:.2f} wall{extra}")
     line("interval pass", "interval")
-    line("refined pass", "refined", f"   (target {target:g}; refinement run on {missed.mean():.1%} of the samples)")
+    line("refined pass", "refined", f"   (target {target:g}; refinement run on {int(missed.sum())} samples, "
+         f"{missed.mean():.2%})")
     line("certified route", "route", f"   (rho = {rho}; first pass: {fp.method}; per-sample pass on "
          f"{cert.interval}, Arb on {cert.redone})")
     thresholds = np.array([0.0, rho])
@@ -256,9 +258,10 @@ def main() -> None:
     if args.recipes:
         print(RECIPES)
         return
-    paths = ([] if args.no_toy else [toy_path(args.toy)]) + [Path(m) for m in args.models]
+    toy = toy_path(args.toy)
+    paths = ([] if args.no_toy else [toy]) + [Path(m) for m in args.models]
     for path in paths:
-        bench(path, args.n, args.reps, args.rho, args.target)
+        bench(path, args.n, args.reps, args.rho, args.target, toy)
 
 
 if __name__ == "__main__":

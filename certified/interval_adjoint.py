@@ -229,8 +229,7 @@ def _att_remainder(net: IntervalNetwork, lay: IntervalLayer, st, r0, tr) -> np.n
     kbar = _rec(tr, "att.kbar", mul_up(mul_up(dmax, _head_sigmas(lay.k, grp)), rho))
     ek0 = _to_heads(_keymax(a0.eps_k, causal, Tq), lay, same)
     ev0 = _to_heads(_keymax(a0.eps_v, causal, Tq), lay, same)
-    Kmax = _to_heads(_keymax(ap.Kn, causal, Tq), lay, same)
-    Vmax = _to_heads(_keymax(ap.Vn, causal, Tq), lay, same)
+    Kmax, Vmax = ap.key_max  # max over each row's keys of N(k_s), N(v_s) per head (the forward's)
     eq0, Qh = a0.eps_q.transpose(0, 2, 1), ap.Qn.transpose(0, 2, 1)
     r, rl, eta = a.r, a0.r, a.eta_p
     P = add_up(1.0, eta)
@@ -294,10 +293,8 @@ def _att_backward(net: IntervalNetwork, lay: IntervalLayer, st, ga: np.ndarray, 
             row += ga[:, 0]
         g_in[:, ap.first] += row
     # the absolute program's bound (step 9), per query row, then summed
-    causal = net.causal
     P = add_up(1.0, st.att.att.eta_p)
-    Vmax = _to_heads(_keymax(ap.Vn, causal, Tq), lay, same)
-    Kmax = _to_heads(_keymax(ap.Kn, causal, Tq), lay, same)
+    Kmax, Vmax = ap.key_max
     rot = up(_SQRT2 * net.rho_R) if net.rope else 1.0
     score = mul_up(mul_up(mul_up(rot, mul_up(P, add_up(1.0, P))), Vmax),
                    add_up(mul_up(_head_fros(lay.q, range(H)), Kmax), mul_up(_head_fros(lay.k, grp), ap.Qn.transpose(0, 2, 1))))

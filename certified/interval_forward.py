@@ -174,7 +174,7 @@ def _keymax(a: np.ndarray, causal: bool, Tq: int) -> np.ndarray:
         return np.maximum.accumulate(a, axis=1)
     # keys first and contiguous: numpy then reduces whole rows at a time (a strided axis-1 max over few
     # groups runs element by element, several times slower)
-    return np.ascontiguousarray(np.moveaxis(a, 1, 0)).max(axis=0)[:, None]  # (B, 1, ...)
+    return np.ascontiguousarray(a.swapaxes(0, 1)).max(axis=0)[:, None]  # (B, 1, ...)
 
 
 def _box_halfwidth(v: np.ndarray, causal: bool, Tq: int) -> np.ndarray:
@@ -183,7 +183,7 @@ def _box_halfwidth(v: np.ndarray, causal: bool, Tq: int) -> np.ndarray:
     if causal and Tq == v.shape[1] and Tq > 1:
         hi, lo = np.maximum.accumulate(v, axis=1), np.minimum.accumulate(v, axis=1)
     else:
-        vt = np.ascontiguousarray(np.moveaxis(v, 1, 0))
+        vt = np.ascontiguousarray(v.swapaxes(0, 1))
         hi, lo = vt.max(axis=0)[:, None], vt.min(axis=0)[:, None]
     return norm_up(upn(upn(hi - lo) * 0.5))  # hi - lo >= 0
 
@@ -310,6 +310,7 @@ def _attention_radius(net: IntervalNetwork, lay: IntervalLayer, ap: SimpleNamesp
         S, eta_p, lam, bad, e_g, W, hc = ap.radius_free  # the radius-independent terms, computed once
     else:
         mK, mV = _to_heads(_keymax(Kg, causal, Tq), lay, same), _to_heads(_keymax(ap.Vn, causal, Tq), lay, same)
+        ap.key_max = (mK, mV)  # also read by the adjoint (interval_adjoint.py)
         S = _rec(tr, "S", add_up(mul_up(mul_up(Qh, one_g_d), mK), TINY))
         # step 5: the softmax program's errors per row
         eta_p, lam, bad = _softmax_errors(S, T, d, tr)
