@@ -436,7 +436,7 @@ def refined_pass(weights, target: float = 0.0) -> IntervalPass:
     batch refined by :func:`refine` until each radius is ``<= target (1 + |f|)`` (0: as far as it helps)."""
     if not target >= 0:
         raise ValueError(f"the refinement's target must be >= 0, got {target!r}")
-    return replace(prepare(weights), refiner=partial(refine, target=float(target)))
+    return replace(prepare(weights), refiner=partial(refine, target=float(target)), goal=float(target))
 
 
 __all__ = ("BACKWARD_TINY", "refine", "refined_pass")

@@ -529,6 +529,9 @@ class IntervalPass:
     """``None``: the per-layer radius only; else called as ``refiner(net, tape, f, radius, ok)`` on each batch
     and returning radii ``<= radius`` that still enclose (the adjoint refinement of
     proofs_notes/interval_adjoint.md, set by :func:`specbound.certified.interval_adjoint.refined_pass`)."""
+    goal: float = 0.0
+    """The refiner's relative goal: ``> 0`` lets a batch run without a tape when the previous batch had few
+    samples whose radius missed ``goal (1 + |f|)`` (those are then run again, with a tape, on their own)."""
 
     def rows(self, rows: np.ndarray, batch: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return outputs_of_rows(self, rows, batch)
@@ -544,13 +547,39 @@ def prepare(weights: AnalysisWeights | IntervalNetwork) -> IntervalPass:
     return IntervalPass(net)
 
 
-def _batch(ip: IntervalPass, x0: np.ndarray, delta0: np.ndarray, ok: np.ndarray | None = None):
-    """The pass on one batch, refined when ``ip.refiner`` is set."""
+RERUN_BELOW = 0.25
+"""With a goal, a batch runs first without a tape (the per-layer records of every layer kept for the refiner
+cost memory traffic) when fewer than this fraction of the previous batch's samples missed the goal; the
+samples missing it are then run again with a tape on their own (a float choice of work, never a bound)."""
+
+
+def _missing(ip: IntervalPass, f: np.ndarray, rad: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """Samples (certified) whose radius misses ``goal (1 + |f|)`` for some read-out row."""
+    return ok & ~(rad <= ip.goal * (1.0 + np.abs(f))).all(axis=1)
+
+
+def _batch(ip: IntervalPass, x0: np.ndarray, delta0: np.ndarray, ok: np.ndarray | None = None,
+           state: dict | None = None):
+    """The pass on one batch, refined when ``ip.refiner`` is set; ``state`` carries the fraction of the
+    previous batch's samples that missed the goal (see :data:`RERUN_BELOW`)."""
     with np.errstate(over="ignore", invalid="ignore"):
         if ip.refiner is None:
             return interval_outputs(ip.net, x0, delta0, ok)
-        tape: list = []
+        state = {} if state is None else state
+        if ip.goal > 0 and state.get("missed", 1.0) < RERUN_BELOW:
+            f, rad, ok = interval_outputs(ip.net, x0, delta0, ok)
+            miss = _missing(ip, f, rad, ok)
+            state["missed"] = miss.mean()
+            if miss.any():  # those samples again, with a tape: their own enclosures replace the first ones
+                idx = np.flatnonzero(miss)
+                tape: list = []
+                fs, rs, oks = interval_outputs(ip.net, x0[idx], delta0[idx], ok[idx], tape=tape)
+                f[idx], rad[idx], ok[idx] = fs, ip.refiner(ip.net, tape, fs, rs, oks), oks
+            return f, rad, ok
+        tape = []
         f, rad, ok = interval_outputs(ip.net, x0, delta0, ok, tape=tape)
+        if ip.goal > 0:
+            state["missed"] = _missing(ip, f, rad, ok).mean()
         return f, ip.refiner(ip.net, tape, f, rad, ok), ok
 
 
@@ -576,9 +605,10 @@ def outputs_of_rows(ip: IntervalPass, rows: np.ndarray, batch: int | None = None
     batch = batch or batch_size(ip.net, T)
     k = ip.net.k
     f, rad, okall = np.empty((n, k)), np.empty((n, k)), np.empty(n, dtype=bool)
+    state: dict = {}
     for a in range(0, n, batch):
         x0, delta0, ok = input_rows(rows[a:a + batch], ip.net)
-        f[a:a + batch], rad[a:a + batch], okall[a:a + batch] = _batch(ip, x0, delta0, ok)
+        f[a:a + batch], rad[a:a + batch], okall[a:a + batch] = _batch(ip, x0, delta0, ok, state)
     return f, rad, okall
 
 
@@ -599,9 +629,10 @@ def outputs_of_tokens(ip: IntervalPass, E: np.ndarray, P: np.ndarray | None, tok
     pos = np.arange(T)
     k = ip.net.k
     f, rad, okall = np.empty((n, k)), np.empty((n, k)), np.empty(n, dtype=bool)
+    state: dict = {}
     for a in range(0, n, batch):
         x0 = table[pos, tokens[a:a + batch]]
-        f[a:a + batch], rad[a:a + batch], okall[a:a + batch] = _batch(ip, x0, np.full(x0.shape[:2], d0))
+        f[a:a + batch], rad[a:a + batch], okall[a:a + batch] = _batch(ip, x0, np.full(x0.shape[:2], d0), None, state)
     return f, rad, okall
 
 

@@ -138,6 +138,38 @@ def test_only_the_samples_missing_the_goal_are_refined_the_few_on_their_own(monk
     assert not taken
 
 
+def test_after_a_batch_with_few_samples_missing_the_goal_the_next_runs_without_a_tape():
+    # batches of 5: the first is refined from its tape; when few of its samples missed the goal the next
+    # batches run without one and redo just their missing samples with a tape; every enclosure holds and
+    # every sample that missed the goal is refined as in a tape run
+    import specbound.certified.interval_forward as iv
+
+    rng = np.random.default_rng(17)
+    w = random_weights(rng, variant="residual", activation="gelu", L=3, T=3, qk=2.5)
+    X = rng.standard_normal((20, 3, w.width)) * 2
+    f0, r0, ok = prepare(w).rows(X, batch=5)
+    rel = (r0 / (1 + np.abs(f0))).max(axis=1)
+    goal = float(np.sort(rel)[-2]) * 0.999  # two samples miss it
+    miss = rel > goal
+    calls = []
+    real = iv.interval_outputs
+
+    def spy(net, x0, delta0, ok=None, trace=None, tape=None):
+        calls.append((x0.shape[0], tape is not None))
+        return real(net, x0, delta0, ok, trace, tape)
+
+    iv.interval_outputs = spy
+    try:
+        f, r, ok1 = refined_pass(w, goal).rows(X, batch=5)
+    finally:
+        iv.interval_outputs = real
+    assert calls[0] == (5, True) and (5, False) in calls and any(t and b < 5 for b, t in calls)
+    assert np.array_equal(ok1, ok) and np.array_equal(r[~miss], r0[~miss]) and (r[miss] < r0[miss]).all()
+    _, r_tape, _ = refined_pass(w, goal).rows(X, batch=20)  # one batch: refined from its tape
+    np.testing.assert_allclose(r[miss], r_tape[miss], rtol=1e-12)
+    _check(w, X, *output_enclosures(f, r, ok1), arb_too=False)
+
+
 def test_the_batch_size_keeps_the_widest_array_within_its_budget():
     from specbound.certified.interval_forward import BATCH, BATCH_BYTES, batch_size
 
