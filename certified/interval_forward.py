@@ -59,6 +59,10 @@ that overhead (benchmarks/bench_interval_forward.py: 128 samples of the L4 N64 m
 per sample than 1024)."""
 
 
+GROUP = 8
+"""The radius formulas run on groups of this many batches at once (:func:`_chunked_outputs`)."""
+
+
 def batch_size(net: IntervalNetwork, T: int) -> int:
     """Samples per batch for sequences of length ``T``: the largest power of two <= :data:`BATCH` (and
     >= 32) whose widest array (rows, feed-forward rows, scores, value rows) fits :data:`BATCH_BYTES`."""
@@ -242,7 +246,7 @@ def _attention_program(net: IntervalNetwork, lay: IntervalLayer, x, nx, last: bo
     q = (xq.reshape(B * Tq, N) @ lay.wq).reshape(B, Tq, H, d)
     k = (x2 @ lay.wk).reshape(B, T, G, d)
     v = (x2 @ lay.wv).reshape(B, T, G, dv)
-    ap = SimpleNamespace(x=x, nx=nx, xq=xq, nq=nq, Tq=Tq, first=first, q_hat=q, k_hat=k, v=v, rot=None)
+    ap = SimpleNamespace(x=x, T=T, nx=nx, xq=xq, nq=nq, Tq=Tq, first=first, q_hat=q, k_hat=k, v=v, rot=None)
     if net.rope:
         qr, nqp = _rotate_program(q, net, first)
         kr, nkp = _rotate_program(k, net, 0)
@@ -280,7 +284,7 @@ def _attention_radius(net: IntervalNetwork, lay: IntervalLayer, ap: SimpleNamesp
     _rec(tr, "q_hat", ap.q_hat)
     _rec(tr, "k_hat", ap.k_hat)
     _rec(tr, "v_hat", ap.v)
-    T, Tq, d = ap.x.shape[1], ap.Tq, lay.dq
+    T, Tq, d = ap.T, ap.Tq, lay.dq
     dlt_q = delta[:, ap.first:ap.first + Tq] if Tq == 1 else delta
     eps_q = _linear(dlt_q, ap.nq, lay.q, tr, "eps_q")
     eps_k = _linear(delta, ap.nx, lay.k, tr, "eps_k")
@@ -346,7 +350,7 @@ def _activate_program(lay: IntervalLayer, t: np.ndarray, ok: np.ndarray) -> Simp
     act = lay.act
     nt = norm_up(t)
     _finite(ok, nt)
-    ac = SimpleNamespace(t=t, nt=nt, kept=None, y_inf=None)
+    ac = SimpleNamespace(t=t, F=t.shape[-1], nt=nt, kept=None, y_inf=None)
     if act.name == "relu":
         ac.g = np.maximum(t, 0.0)
     elif act.name == "gelu":
@@ -368,7 +372,7 @@ def _activate_radius(lay: IntervalLayer, ac: SimpleNamespace, tr):
     act = lay.act
     if act.name == "relu":
         return _rec(tr, "act", np.zeros_like(ac.nt))
-    tiny = mul_up(up(math.sqrt(ac.t.shape[-1])), act.tau)
+    tiny = mul_up(up(math.sqrt(ac.F)), act.tau)
     k1 = _rec(tr, "act.1", mul_up(ac.nt, act.kappa_1))
     if ac.y_inf is None:
         return _rec(tr, "act", add_up(k1, tiny))
@@ -453,10 +457,16 @@ def ff_stage_radius(net: IntervalNetwork, lay: IntervalLayer, st: SimpleNamespac
 
 def _layer(net: IntervalNetwork, lay: IntervalLayer, x, delta, nx, last: bool, ok, tr) -> SimpleNamespace:
     """One layer: programs, then the radii at ``delta``; returns the layer's record (programs and radii)."""
-    st = SimpleNamespace(delta=delta)
+    st = _layer_programs(net, lay, x, nx, last, ok, tr is None)  # the trace records the rows before the sums
+    _layer_radii(net, lay, st, delta, tr)
+    return st
+
+
+def _layer_programs(net: IntervalNetwork, lay: IntervalLayer, x, nx, last: bool, ok, in_place: bool) -> SimpleNamespace:
+    """One layer's binary64 programs (no radius): the record the radius formulas and the adjoint read."""
+    st = SimpleNamespace()
     st.ap = _attention_program(net, lay, x, nx, last, ok)
     att = st.ap.out
-    in_place = tr is None  # the trace records the rows before the sum
     if net.residual:
         st.rp1 = _residual_program(att, st.ap.xq, ok, in_place)
         att = st.rp1.s
@@ -471,22 +481,61 @@ def _layer(net: IntervalNetwork, lay: IntervalLayer, x, delta, nx, last: bool, o
     st.pp2 = _project_program(z, ok)
     if net.residual:
         st.rp2.ns = st.pp2.nu_hi
-    st.att = attention_stage_radius(net, lay, st, delta, tr)
-    _rec(tr, "y_hat", st.pp1.y)
-    st.ff = ff_stage_radius(net, lay, st, st.att.out, tr)
     return st
 
 
+def _layer_radii(net: IntervalNetwork, lay: IntervalLayer, st: SimpleNamespace, delta, tr) -> None:
+    """One layer's radius formulas at the input row radii ``delta``, into its record ``st``."""
+    st.delta = delta
+    st.att = attention_stage_radius(net, lay, st, delta, tr)
+    _rec(tr, "y_hat", st.pp1.y)
+    st.ff = ff_stage_radius(net, lay, st, st.att.out, tr)
+
+
+# Fields of a layer's record that the radius formulas read (all per row, per head or per sample): a chunked
+# pass keeps only these of each chunk, joins them, and evaluates the formulas once on the joined batch.
+_SMALL = {
+    "ap": ("T", "Tq", "first", "same", "nx", "nq", "rot", "Qn", "Kn", "Vn", "Hn", "Hlo", "A", "omega", "n_cat"),
+    "rp1": ("ns",), "rp2": ("ns",), "pp1": ("nu_lo", "nu_hi"), "pp2": ("nu_lo", "nu_hi"),
+    "fp": ("ny", "ng", "nh", "b_inf", "g_inf", "act"), "act": ("F", "nt", "y_inf"),
+}
+
+
+def _small(rec: SimpleNamespace, kind: str = "st") -> SimpleNamespace:
+    """The fields of ``rec`` in :data:`_SMALL` (any other field the formulas name only under a trace: None)."""
+    out = SimpleNamespace(p=None, a=None, y=None, x=None, u=None, b=None, z=None, hid=None, t=None, g=None,
+                          kept=None, q_hat=None, k_hat=None, v=None, q=None, k=None, h=None, out=None)
+    for name in _SMALL.get(kind, tuple(vars(rec))):
+        value = getattr(rec, name, None)
+        setattr(out, name, _small(value, name) if isinstance(value, SimpleNamespace) else value)
+    return out
+
+
+def _join(parts: list):
+    """Chunks' small records joined along the samples (arrays concatenated, scalars from the first)."""
+    first = parts[0]
+    if isinstance(first, np.ndarray):
+        return np.concatenate(parts, axis=0)
+    if isinstance(first, SimpleNamespace):
+        return SimpleNamespace(**{k: _join([vars(p)[k] for p in parts]) for k in vars(first)})
+    if isinstance(first, tuple):
+        return tuple(_join(list(z)) for z in zip(*parts))
+    return first
+
+
 def interval_outputs(net: IntervalNetwork, x0: np.ndarray, delta0: np.ndarray, ok: np.ndarray | None = None,
-                     trace: dict | None = None, tape: list | None = None
+                     trace: dict | None = None, tape: list | None = None, chunk: int | None = None
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(f_hat, radius, ok)`` for the projected input rows ``x0`` (B, T, N) with row radii ``delta0``
     (B, T): ``f_hat``, ``radius`` of shape (B, k) with ``|f_hat - f_c(X)| <= radius`` for every sample with
     ``ok`` (the note's claim); ``ok`` False marks samples whose bounds overflowed (not certified).
     ``trace``: a dict that receives every intermediate and every term, per layer (for the tests);
-    ``tape``: a list that receives each layer's record (programs and radii) for the adjoint refinement."""
+    ``tape``: a list that receives each layer's record (programs and radii) for the adjoint refinement;
+    ``chunk``: without trace or tape, run the programs that many samples at a time (:func:`_chunked_outputs`)."""
     B, T, N = x0.shape
     ok = np.ones(B, dtype=bool) if ok is None else ok.copy()
+    if chunk is not None and chunk < B and trace is None and tape is None:
+        return _chunked_outputs(net, x0, delta0, ok, chunk)
     x, delta = x0, delta0
     nx = norm_up(x)
     L = net.num_layers
@@ -503,7 +552,41 @@ def interval_outputs(net: IntervalNetwork, x0: np.ndarray, delta0: np.ndarray, o
         nx = norm_up(x)
     # the last layer computed only the read-out row; with L = 0 the read-out token is read directly
     tau = x.shape[1] - 1 if (net.causal and L == 0) else 0
-    xr, dr, nr = x[:, tau], delta[:, tau], nx[:, tau]
+    return _readout(net, x[:, tau], delta[:, tau], nx[:, tau], ok, trace, tape)
+
+
+def _chunked_outputs(net: IntervalNetwork, x0, delta0, ok, chunk: int):
+    """:func:`interval_outputs` with every layer's programs run ``chunk`` samples at a time (their arrays
+    stay in cache) and the radius formulas once on the whole batch (numpy's per-call overhead on the
+    small per-row arrays amortised): the same programs and formulas, each sample's values unchanged."""
+    B, T, N = x0.shape
+    L = net.num_layers
+    parts: list[list] = [[] for _ in range(L)]
+    xr, nr = [], []
+    for a in range(0, B, chunk):
+        x, okc = x0[a:a + chunk], ok[a:a + chunk]  # a view: the programs' overflow checks land in ok
+        nx = norm_up(x)
+        for l, lay in enumerate(net.layers):
+            _finite(okc, nx)
+            st = _layer_programs(net, lay, x, nx, l == L - 1, okc, True)
+            parts[l].append(_small(st))
+            x = st.pp2.y
+            nx = norm_up(x)
+        tau = x.shape[1] - 1 if (net.causal and L == 0) else 0
+        xr.append(x[:, tau])
+        nr.append(nx[:, tau])
+    delta = delta0
+    for l, lay in enumerate(net.layers):
+        st = _join(parts[l])
+        _layer_radii(net, lay, st, delta, None)
+        delta = st.ff.out
+    tau = T - 1 if (net.causal and L == 0) else 0
+    return _readout(net, np.concatenate(xr), delta[:, tau], np.concatenate(nr), ok, None, None)
+
+
+def _readout(net: IntervalNetwork, xr, dr, nr, ok, trace, tape):
+    """Step 13: the read-out rows ``xr`` (B, N) with radii ``dr`` and norms ``nr``."""
+    N = xr.shape[-1]
     _finite(ok, nr)
     f = xr @ net.readout.T
     tr = None if trace is None else trace.setdefault("out", {})
@@ -559,28 +642,39 @@ def _missing(ip: IntervalPass, f: np.ndarray, rad: np.ndarray, ok: np.ndarray) -
 
 
 def _batch(ip: IntervalPass, x0: np.ndarray, delta0: np.ndarray, ok: np.ndarray | None = None,
-           state: dict | None = None):
-    """The pass on one batch, refined when ``ip.refiner`` is set; ``state`` carries the fraction of the
-    previous batch's samples that missed the goal (see :data:`RERUN_BELOW`)."""
+           state: dict | None = None, chunk: int | None = None):
+    """The pass on one group of samples, refined when ``ip.refiner`` is set: the programs ``chunk`` samples at
+    a time (None: all at once); a tape (for the refiner) is kept per chunk.  ``state`` carries the fraction
+    of the previous group's samples that missed the goal (see :data:`RERUN_BELOW`)."""
+    B = x0.shape[0]
+    chunk = chunk or B
+    ok = np.ones(B, dtype=bool) if ok is None else ok
     with np.errstate(over="ignore", invalid="ignore"):
         if ip.refiner is None:
-            return interval_outputs(ip.net, x0, delta0, ok)
+            return interval_outputs(ip.net, x0, delta0, ok, chunk=chunk)
         state = {} if state is None else state
         if ip.goal > 0 and state.get("missed", 1.0) < RERUN_BELOW:
-            f, rad, ok = interval_outputs(ip.net, x0, delta0, ok)
+            f, rad, ok = interval_outputs(ip.net, x0, delta0, ok, chunk=chunk)
             miss = _missing(ip, f, rad, ok)
             state["missed"] = miss.mean()
             if miss.any():  # those samples again, with a tape: their own enclosures replace the first ones
                 idx = np.flatnonzero(miss)
-                tape: list = []
-                fs, rs, oks = interval_outputs(ip.net, x0[idx], delta0[idx], ok[idx], tape=tape)
-                f[idx], rad[idx], ok[idx] = fs, ip.refiner(ip.net, tape, fs, rs, oks), oks
+                f[idx], rad[idx], ok[idx] = _taped(ip, x0[idx], delta0[idx], ok[idx], chunk)
             return f, rad, ok
-        tape = []
-        f, rad, ok = interval_outputs(ip.net, x0, delta0, ok, tape=tape)
+        f, rad, ok = _taped(ip, x0, delta0, ok, chunk)
         if ip.goal > 0:
             state["missed"] = _missing(ip, f, rad, ok).mean()
-        return f, ip.refiner(ip.net, tape, f, rad, ok), ok
+        return f, rad, ok
+
+
+def _taped(ip: IntervalPass, x0, delta0, ok, chunk: int):
+    """The pass with a tape and the refiner, ``chunk`` samples at a time."""
+    parts = []
+    for a in range(0, x0.shape[0], chunk):
+        tape: list = []
+        f, rad, okc = interval_outputs(ip.net, x0[a:a + chunk], delta0[a:a + chunk], ok[a:a + chunk], tape=tape)
+        parts.append((f, ip.refiner(ip.net, tape, f, rad, okc), okc))
+    return tuple(np.concatenate(z) for z in zip(*parts))
 
 
 def input_rows(rows: np.ndarray, net: IntervalNetwork) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -606,9 +700,10 @@ def outputs_of_rows(ip: IntervalPass, rows: np.ndarray, batch: int | None = None
     k = ip.net.k
     f, rad, okall = np.empty((n, k)), np.empty((n, k)), np.empty(n, dtype=bool)
     state: dict = {}
-    for a in range(0, n, batch):
-        x0, delta0, ok = input_rows(rows[a:a + batch], ip.net)
-        f[a:a + batch], rad[a:a + batch], okall[a:a + batch] = _batch(ip, x0, delta0, ok, state)
+    group = batch * GROUP
+    for a in range(0, n, group):
+        x0, delta0, ok = input_rows(rows[a:a + group], ip.net)
+        f[a:a + group], rad[a:a + group], okall[a:a + group] = _batch(ip, x0, delta0, ok, state, batch)
     return f, rad, okall
 
 
@@ -630,9 +725,11 @@ def outputs_of_tokens(ip: IntervalPass, E: np.ndarray, P: np.ndarray | None, tok
     k = ip.net.k
     f, rad, okall = np.empty((n, k)), np.empty((n, k)), np.empty(n, dtype=bool)
     state: dict = {}
-    for a in range(0, n, batch):
-        x0 = table[pos, tokens[a:a + batch]]
-        f[a:a + batch], rad[a:a + batch], okall[a:a + batch] = _batch(ip, x0, np.full(x0.shape[:2], d0), None, state)
+    group = batch * GROUP
+    for a in range(0, n, group):
+        x0 = table[pos, tokens[a:a + group]]
+        f[a:a + group], rad[a:a + group], okall[a:a + group] = _batch(ip, x0, np.full(x0.shape[:2], d0), None,
+                                                                      state, batch)
     return f, rad, okall
 
 

@@ -154,15 +154,16 @@ def test_after_a_batch_with_few_samples_missing_the_goal_the_next_runs_without_a
     calls = []
     real = iv.interval_outputs
 
-    def spy(net, x0, delta0, ok=None, trace=None, tape=None):
+    def spy(net, x0, delta0, ok=None, trace=None, tape=None, chunk=None):
         calls.append((x0.shape[0], tape is not None))
-        return real(net, x0, delta0, ok, trace, tape)
+        return real(net, x0, delta0, ok, trace, tape, chunk)
 
-    iv.interval_outputs = spy
+    iv.interval_outputs, group = spy, iv.GROUP
+    iv.GROUP = 1  # one batch per group: the state passes from batch to batch
     try:
         f, r, ok1 = refined_pass(w, goal).rows(X, batch=5)
     finally:
-        iv.interval_outputs = real
+        iv.interval_outputs, iv.GROUP = real, group
     assert calls[0] == (5, True) and (5, False) in calls and any(t and b < 5 for b, t in calls)
     assert np.array_equal(ok1, ok) and np.array_equal(r[~miss], r0[~miss]) and (r[miss] < r0[miss]).all()
     _, r_tape, _ = refined_pass(w, goal).rows(X, batch=20)  # one batch: refined from its tape
