@@ -24,9 +24,8 @@ import numpy as np
 from specbound.certified.directed import (
     add_up, div_up, down, gamma_up, mul_up, norm_up, sq_norm_up, sqrt_up, sub_down, sum_up, up,
 )
-from specbound.certified.interval_forward import (
-    TINY, IntervalPass, _keymax, _to_heads, attention_stage_radius, ff_stage_radius, prepare,
-)
+from specbound.certified.interval_forward import IntervalPass, prepare
+from specbound.certified.interval_stages import TINY, _keymax, _to_heads, attention_stage_radius, ff_stage_radius
 from specbound.certified.interval_network import IntervalLayer, IntervalNetwork
 from specbound.certified.sigmoid import derivative
 
