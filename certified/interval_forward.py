@@ -265,22 +265,25 @@ def _batch(ip: IntervalPass, x0: np.ndarray, delta0: np.ndarray, ok: np.ndarray 
             state["missed"] = miss.mean()
             if miss.any():  # those samples again, with a tape: their own enclosures replace the first ones
                 idx = np.flatnonzero(miss)
-                f[idx], rad[idx], ok[idx] = _taped(ip, x0[idx], delta0[idx], ok[idx], chunk)
+                f[idx], rad[idx], ok[idx], _ = _taped(ip, x0[idx], delta0[idx], ok[idx], chunk)
             return f, rad, ok
-        f, rad, ok = _taped(ip, x0, delta0, ok, chunk)
-        if ip.goal > 0:
-            state["missed"] = _missing(ip, f, rad, ok).mean()
+        f, rad, ok, missed = _taped(ip, x0, delta0, ok, chunk)
+        state["missed"] = missed
         return f, rad, ok
 
 
 def _taped(ip: IntervalPass, x0, delta0, ok, chunk: int):
-    """The pass with a tape and the refiner, ``chunk`` samples at a time."""
-    parts = []
+    """The pass with a tape and the refiner, ``chunk`` samples at a time; also the fraction of the samples
+    whose per-layer radius (before the refiner) missed the goal."""
+    parts, missed = [], 0
     for a in range(0, x0.shape[0], chunk):
         tape: list = []
         f, rad, okc = interval_outputs(ip.net, x0[a:a + chunk], delta0[a:a + chunk], ok[a:a + chunk], tape=tape)
+        if ip.goal > 0:
+            missed += int(_missing(ip, f, rad, okc).sum())
         parts.append((f, ip.refiner(ip.net, tape, f, rad, okc), okc))
-    return tuple(np.concatenate(z) for z in zip(*parts))
+    f, rad, ok = (np.concatenate(z) for z in zip(*parts))
+    return f, rad, ok, (missed / max(x0.shape[0], 1) if ip.goal > 0 else 1.0)
 
 
 def input_rows(rows: np.ndarray, net: IntervalNetwork) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

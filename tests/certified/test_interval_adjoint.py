@@ -166,6 +166,14 @@ def test_after_a_batch_with_few_samples_missing_the_goal_the_next_runs_without_a
         iv.interval_outputs, iv.GROUP = real, group
     assert calls[0] == (5, True) and (5, False) in calls and any(t and b < 5 for b, t in calls)
     assert np.array_equal(ok1, ok) and np.array_equal(r[~miss], r0[~miss]) and (r[miss] < r0[miss]).all()
+    # the fraction is that of the per-layer radii (before refining): when most missed, no tapeless run
+    calls.clear()
+    iv.interval_outputs, iv.GROUP = spy, 1
+    try:
+        refined_pass(w, float(np.sort(rel)[0]) * 0.5).rows(X, batch=5)
+    finally:
+        iv.interval_outputs, iv.GROUP = real, group
+    assert calls == [(5, True)] * 4
     _, r_tape, _ = refined_pass(w, goal).rows(X, batch=20)  # one batch: refined from its tape
     np.testing.assert_allclose(r[miss], r_tape[miss], rtol=1e-12)
     _check(w, X, *output_enclosures(f, r, ok1), arb_too=False)
