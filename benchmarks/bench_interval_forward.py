@@ -20,7 +20,7 @@ samples redone in Arb and whether any of them lies at least 1e-6 from every thre
 
 Measured (one run, n = 4096, 7 reps, load average 1.7-2.0 on 2 cores; CPU time, wall within 1%; ratio to the
 fastest float forward; width max radius / (1 + |margin|) after the refinement; README (e)):
-  toy L2 N32 (embedded default)  per-layer 36,137/s 3.76x   certified 33,685/s 4.03x   0.05% refined  7.3e-10
+  toy L2 N32 d_h 1 d_ff 2        per-layer 36,137/s 3.76x   certified 33,685/s 4.03x   0.05% refined  7.3e-10
   (a) L4 N64 d_h 1 residual      per-layer 11,674/s 3.26x   certified  7,374/s 5.17x   100% refined   9.8e-10
   (b) L4 H4 N64 d_h 16 d_ff 128  per-layer  3,433/s 1.70x   certified  2,973/s 1.96x   99.2% refined  9.6e-10
   (c) LS L2 H4 N32 SiLU          per-layer 10,420/s 2.60x   certified  8,787/s 3.08x   100% refined   7.1e-10
