@@ -1,20 +1,34 @@
 """Benchmark: the per-sample certified pass and the certified ramp-loss route vs a float64 forward.
 
-Plain script (no pytest).  For each model (the embedded default, then every checkpoint given) and n fresh
-samples of its recorded task it times, interleaved in one run, medians of --reps repetitions:
-  float     = the faster of a batched numpy float64 forward (libm exp, scipy erf / numpy tanh) of the same
-              program and the model's own torch float64 forward, both on one thread: what a float forward costs;
+Plain script (no pytest).  For each model (the toy, then every checkpoint given) and n fresh samples of
+its recorded task it times, interleaved in one run, medians of --reps repetitions:
+  float     = the fastest of a batched numpy float64 forward (libm exp, scipy erf / numpy tanh) of the same
+              program at 64, 128, 256 and 1024 samples per batch and the model's own torch float64 forward,
+              all on one thread: what a float forward costs;
   interval  = certified.interval_forward on every sample (token table in Arb included), per-layer radius only;
-  refined   = the same with the adjoint refinement (proofs_notes/interval_adjoint.md) aiming at --target;
+  refined   = the same with the adjoint refinement (proofs_notes/interval_adjoint.md) aiming at --target
+              (run only on the samples whose per-layer radius misses it): the certified pass of issue 25;
   route     = certified_ramp_loss(..., forward="fast") end to end at margin --rho (the a-priori pass where its
               epsilon is small, the per-sample pass otherwise or on the a-priori pass's straddlers, Arb
               for what still straddles 0 or rho).
-It prints samples/s, the ratios to the float forward, the widths (max radius / (1 + |margin|)), the
+Each method is timed in process CPU time (user + system: what it costs, whatever else the shared machine
+runs) and in wall time; the ratios to the float forward are printed for both, with the load average.  It
+prints the widths (max radius / (1 + |margin|)), the fraction of samples the refinement ran on, the
 samples redone in Arb and whether any of them lies at least 1e-6 from every threshold.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_interval_forward.py [CKPT ...] [--n 4096] [--reps 5]
 
-The L4 N64 models of docs/experiments.md 2c are rebuilt by the recipes printed with --recipes.
+Measured (one run, n = 4096, 7 reps, load average 1.7-2.0 on 2 cores; CPU time, wall within 1%; ratio to the
+fastest float forward; width max radius / (1 + |margin|) after the refinement; README (e)):
+  toy L2 N32 d_h 1 d_ff 2        per-layer 36,137/s 3.76x   certified 33,685/s 4.03x   0.05% refined  7.3e-10
+  (a) L4 N64 d_h 1 residual      per-layer 11,674/s 3.26x   certified  7,374/s 5.17x   100% refined   9.8e-10
+  (b) L4 H4 N64 d_h 16 d_ff 128  per-layer  3,433/s 1.70x   certified  2,973/s 1.96x   99.2% refined  9.6e-10
+  (c) LS L2 H4 N32 SiLU          per-layer 10,420/s 2.60x   certified  8,787/s 3.08x   100% refined   7.1e-10
+  no sample redone in Arb by the route on any of them.
+
+The toy (L2 N32 d_h 1 d_ff 2) is --toy PATH, by default specbound/data/toy.safetensors when it exists, else
+the embedded default checkpoint (which was the toy before the default changed).  The L4 N64 models of
+docs/experiments.md 2c and the Llama-style model are rebuilt by the recipes printed with --recipes.
 """
 
 from __future__ import annotations
@@ -23,6 +37,7 @@ import argparse
 import os
 import statistics
 import time
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -31,7 +46,7 @@ import numpy as np  # noqa: E402
 
 from specbound.certified.fast_forward import project_rows_float, token_table  # noqa: E402
 from specbound.certified.interval_adjoint import refined_pass  # noqa: E402
-from specbound.certified.interval_forward import BATCH, prepare  # noqa: E402
+from specbound.certified.interval_forward import batch_size, prepare  # noqa: E402
 from specbound.certified.ramp_loss import certified_ramp_loss, fast_pass  # noqa: E402
 from specbound.checkpoint import load_weights  # noqa: E402
 from specbound.data_file import dataset_from_arrays  # noqa: E402
@@ -122,12 +137,11 @@ def _torch_forward(path, tokens):
     try:
         import torch
 
-        from specbound.data import default_checkpoint_path
         from specbound.model import AnalysisTransformer
     except ImportError:
         return None
     torch.set_num_threads(1)
-    model = AnalysisTransformer.load(path or default_checkpoint_path()).double()
+    model = AnalysisTransformer.load(path).double()
     tok = torch.from_numpy(tokens)
 
     def run():
@@ -137,9 +151,30 @@ def _torch_forward(path, tokens):
     return run
 
 
-def bench(path, n: int, reps: int, rho: float, target: float) -> None:
-    w = load_weights(path)
-    task = Task.from_record(task_record(w, None))
+FLOAT_BATCHES = (64, 128, 256, 1024)
+
+
+def toy_path(given: str | None) -> Path:
+    """The toy checkpoint: ``given``, else specbound/data/toy.safetensors when it exists, else the embedded
+    default checkpoint (the toy until the default changed)."""
+    if given:
+        return Path(given)
+    from specbound.data import default_checkpoint_path
+
+    default = default_checkpoint_path()
+    toy = default.with_name("toy.safetensors")
+    return toy if toy.is_file() else default
+
+
+def _clock() -> tuple[float, float]:
+    """(wall, process CPU time: user + system of this process, high resolution)."""
+    return time.perf_counter(), time.process_time()
+
+
+def bench(path: Path, n: int, reps: int, rho: float, target: float, fallback: Path) -> None:
+    w = load_weights(str(path))
+    # the model's own task record, else the toy's (the L4 N64 model of 2c records only its config)
+    task = Task.from_record(task_record(w, str(path)) or task_record(w, str(fallback)))
     tokens, labels = task.sample(n, np.random.default_rng(3))
     E, P = w.extra["embedding.E"], w.extra.get("embedding.P")
     ip = prepare(w)
@@ -150,79 +185,91 @@ def bench(path, n: int, reps: int, rho: float, target: float) -> None:
     pos = np.arange(tokens.shape[1])
     data = dataset_from_arrays(labels, tokens=tokens)
 
-    def numpy_run():
-        for a in range(0, n, BATCH):
-            numpy_forward(net, table[pos, tokens[a:a + BATCH]], phi)
+    def numpy_run(b):
+        def run():
+            for a in range(0, n, b):
+                numpy_forward(net, table[pos, tokens[a:a + b]], phi)
+        return run
 
+    runs = {f"numpy{b}": numpy_run(b) for b in FLOAT_BATCHES}
     torch_run = _torch_forward(path, tokens)
-    times: dict[str, list[float]] = {"numpy": [], "torch": [], "interval": [], "refined": [], "route": []}
-    result = refined = cert = None
+    if torch_run is not None:
+        runs["torch"] = torch_run
+    out = {}
+    runs["interval"] = lambda: out.__setitem__("interval", ip.tokens(E, P, tokens))
+    runs["refined"] = lambda: out.__setitem__("refined", ip_ref.tokens(E, P, tokens))
+    runs["route"] = lambda: out.__setitem__("route", certified_ramp_loss(w, data, rho))
+    wall: dict[str, list[float]] = {k: [] for k in runs}
+    cpu: dict[str, list[float]] = {k: [] for k in runs}
+    load0 = os.getloadavg()[0]
     for _ in range(reps):  # interleaved, so load drifts hit every method alike
-        t0 = time.perf_counter()
-        numpy_run()
-        times["numpy"].append(time.perf_counter() - t0)
-        if torch_run is not None:
-            t0 = time.perf_counter()
-            torch_run()
-            times["torch"].append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        result = ip.tokens(E, P, tokens)
-        times["interval"].append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        refined = ip_ref.tokens(E, P, tokens)
-        times["refined"].append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        cert = certified_ramp_loss(w, data, rho)
-        times["route"].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items() if v}
-    flt = min(med["numpy"], med.get("torch", np.inf))
-    f, rad, ok = result
+        for key, run in runs.items():
+            w0, c0 = _clock()
+            run()
+            w1, c1 = _clock()
+            wall[key].append(w1 - w0)
+            cpu[key].append(c1 - c0)
+    load1 = os.getloadavg()[0]
+    med_w = {k: statistics.median(v) for k, v in wall.items()}
+    med_c = {k: statistics.median(v) for k, v in cpu.items()}
+    floats = [k for k in runs if k.startswith(("numpy", "torch"))]
+    fc = min(floats, key=lambda k: med_c[k])
+    fw = min(floats, key=lambda k: med_w[k])
+    f, rad, ok = out["interval"]
     g = f[:, 0] * labels
-    widths = rad[:, 0] / (1 + np.abs(g))
-    rad_r = refined[1]
-    widths_r = rad_r[:, 0] / (1 + np.abs(g))
-    _, rad_0, _ = refined_pass(w, 0.0).tokens(E, P, tokens)  # as far as the refinement goes
-    widths_0 = rad_0[:, 0] / (1 + np.abs(g))
+    scale = 1 + np.abs(g)
+    widths = rad[:, 0] / scale
+    missed = ~(rad <= target * (1.0 + np.abs(f))).all(axis=1)
+    rad_r = out["refined"][1]
+    widths_r = rad_r[:, 0] / scale
+    cert = out["route"]
     fp = fast_pass(w, data)
-    name = path or "embedded default"
-    print(f"{name}: {w.variant} L={w.num_layers} H={w.num_heads} N={w.width} d_h={w.head_dim} d_ff={w.ff_dim} "
-          f"{w.activation}; n = {n}, reps = {reps} (medians, one thread)")
-    print(f"  float64 forward   numpy {n / med['numpy']:>9.0f}/s" +
-          (f"   torch {n / med['torch']:>9.0f}/s" if "torch" in med else ""))
-    print(f"  interval pass     {n / med['interval']:>9.0f} certified samples/s   ratio to float {med['interval'] / flt:.2f}")
-    print(f"  refined pass      {n / med['refined']:>9.0f} certified samples/s   ratio to float {med['refined'] / flt:.2f}"
-          f"   (target {target:g})")
-    print(f"  certified route   {n / med['route']:>9.0f} certified samples/s   ratio to float {med['route'] / flt:.2f}"
-          f"   (rho = {rho}; first pass: {fp.method}; per-sample pass on {cert.interval}, Arb on {cert.redone})")
+    print(f"{path}: {w.variant} L={w.num_layers} H={w.num_heads} N={w.width} d_h={w.head_dim} d_ff={w.ff_dim} "
+          f"{w.activation}; n = {n}, reps = {reps} (medians, one thread); load average {load0:.1f} -> {load1:.1f} "
+          f"on {os.cpu_count()} cores; certified batch {batch_size(net, tokens.shape[1])}")
+    print("  float64 forward   " + "   ".join(f"{k} {n / med_c[k]:.0f}/s" for k in floats) +
+          f"  (CPU; fastest: {fc} by CPU, {fw} by wall)")
+
+    def line(label, key, extra=""):
+        print(f"  {label:<17} {n / med_c[key]:>8.0f} samples/s CPU ({n / med_w[key]:>8.0f} wall)   ratio to float "
+              f"{med_c[key] / med_c[fc]:.2f} CPU, {med_w[key] / med_w[fw]:.2f} wall{extra}")
+    line("interval pass", "interval")
+    line("refined pass", "refined", f"   (target {target:g}; refinement run on {int(missed.sum())} samples, "
+         f"{missed.mean():.2%})")
+    line("certified route", "route", f"   (rho = {rho}; first pass: {fp.method}; per-sample pass on "
+         f"{cert.interval}, Arb on {cert.redone})")
     thresholds = np.array([0.0, rho])
     redo = fp.enclosures(data).straddling([0.0, rho]) if fp.method == "interval" else np.array([], dtype=int)
     far = int(np.count_nonzero(np.abs(g[redo, None] - thresholds[None, :]).min(axis=1) >= 1e-6)) if redo.size else 0
-    print(f"  widths: max radius {rad.max():.3e}, max radius/(1+|margin|) {widths.max():.3e} "
-          f"(median {np.median(widths):.3e}); target 1e-9: {'met' if widths.max() <= 1e-9 else 'MISSED'}; "
-          f"not certified {int((~ok).sum())}; redone at >= 1e-6 from every threshold: {far}")
-    print(f"  refined widths: max {widths_r.max():.3e} (median {np.median(widths_r):.3e}) at target {target:g}; "
-          f"run to the input: max {widths_0.max():.3e} (median {np.median(widths_0):.3e}); "
-          f"target 1e-9: {'met' if widths_0.max() <= 1e-9 else 'MISSED'}")
+    print(f"  interval widths: max radius {rad.max():.3e}, max radius/(1+|margin|) {widths.max():.3e} "
+          f"(median {np.median(widths):.3e}); not certified {int((~ok).sum())}; "
+          f"redone at >= 1e-6 from every threshold: {far}")
+    print(f"  refined widths:  max radius {rad_r.max():.3e}, max radius/(1+|margin|) {widths_r.max():.3e} "
+          f"(median {np.median(widths_r):.3e}); target {target:g}: "
+          f"{'met on every sample' if (widths_r <= target).all() else 'MISSED'}")
     if fp.epsilon is not None:
         print(f"  a-priori epsilon {float(fp.epsilon.upper()):.3e}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("models", nargs="*", help="checkpoints (default: the embedded default model only)")
+    ap.add_argument("models", nargs="*", help="further checkpoints (with their .json training records)")
+    ap.add_argument("--toy", help="the toy checkpoint (default: specbound/data/toy.safetensors, else the "
+                    "embedded default)")
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--rho", type=float, default=2.0)
     ap.add_argument("--target", type=float, default=1e-9, help="the refined pass's relative width goal")
-    ap.add_argument("--no-default", action="store_true", help="skip the embedded default model")
+    ap.add_argument("--no-toy", "--no-default", action="store_true", help="skip the toy")
     ap.add_argument("--recipes", action="store_true", help="print the recipes of the L4 models and exit")
     args = ap.parse_args()
     if args.recipes:
         print(RECIPES)
         return
-    paths = ([] if args.no_default else [None]) + list(args.models)
+    toy = toy_path(args.toy)
+    paths = ([] if args.no_toy else [toy]) + [Path(m) for m in args.models]
     for path in paths:
-        bench(path, args.n, args.reps, args.rho, args.target)
+        bench(path, args.n, args.reps, args.rho, args.target, toy)
 
 
 if __name__ == "__main__":

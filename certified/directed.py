@@ -72,9 +72,13 @@ def upn(x):
 
 def add_up(*xs):
     """Upper bound of ``x_1 + ... + x_k`` for nonnegative upper bounds ``x_i`` (one step per addition)."""
+    if len(xs) == 1:
+        return xs[0]
     total = xs[0]
     for x in xs[1:]:
-        total = upn(total + x)
+        total = np.add(total, x)  # a new array (or scalar): the step up (as upn) runs in place
+        total *= _UP
+        total += ETA
     return total
 
 

@@ -24,9 +24,8 @@ import numpy as np
 from specbound.certified.directed import (
     add_up, div_up, down, gamma_up, mul_up, norm_up, sq_norm_up, sqrt_up, sub_down, sum_up, up,
 )
-from specbound.certified.interval_forward import (
-    TINY, IntervalPass, _keymax, _to_heads, attention_stage_radius, ff_stage_radius, prepare,
-)
+from specbound.certified.interval_forward import IntervalPass, prepare
+from specbound.certified.interval_stages import TINY, _keymax, _to_heads, attention_stage_radius, ff_stage_radius
 from specbound.certified.interval_network import IntervalLayer, IntervalNetwork
 from specbound.certified.sigmoid import derivative
 
@@ -225,12 +224,11 @@ def _att_remainder(net: IntervalNetwork, lay: IntervalLayer, st, r0, tr) -> np.n
     grp, heads = lay.group, range(H)
     rho = net.rho_R if net.rope else 1.0
     qbar = _rec(tr, "att.qbar", mul_up(mul_up(a.dlt_q[:, None, :], _head_sigmas(lay.q, heads)), rho))
-    dmax = _keymax(st.delta[:, None, :], causal, Tq)
+    dmax = _keymax(st.delta, causal, Tq)[:, None, :]
     kbar = _rec(tr, "att.kbar", mul_up(mul_up(dmax, _head_sigmas(lay.k, grp)), rho))
-    ek0 = _keymax(_to_heads(a0.eps_k, lay, same), causal, Tq)
-    ev0 = _keymax(_to_heads(a0.eps_v, lay, same), causal, Tq)
-    Kmax = _keymax(_to_heads(ap.Kn, lay, same), causal, Tq)
-    Vmax = _keymax(_to_heads(ap.Vn, lay, same), causal, Tq)
+    ek0 = _to_heads(_keymax(a0.eps_k, causal, Tq), lay, same)
+    ev0 = _to_heads(_keymax(a0.eps_v, causal, Tq), lay, same)
+    Kmax, Vmax = ap.key_max  # max over each row's keys of N(k_s), N(v_s) per head (the forward's)
     eq0, Qh = a0.eps_q.transpose(0, 2, 1), ap.Qn.transpose(0, 2, 1)
     r, rl, eta = a.r, a0.r, a.eta_p
     P = add_up(1.0, eta)
@@ -294,10 +292,8 @@ def _att_backward(net: IntervalNetwork, lay: IntervalLayer, st, ga: np.ndarray, 
             row += ga[:, 0]
         g_in[:, ap.first] += row
     # the absolute program's bound (step 9), per query row, then summed
-    causal = net.causal
     P = add_up(1.0, st.att.att.eta_p)
-    Vmax = _keymax(_to_heads(ap.Vn, lay, same), causal, Tq)
-    Kmax = _keymax(_to_heads(ap.Kn, lay, same), causal, Tq)
+    Kmax, Vmax = ap.key_max
     rot = up(_SQRT2 * net.rho_R) if net.rope else 1.0
     score = mul_up(mul_up(mul_up(rot, mul_up(P, add_up(1.0, P))), Vmax),
                    add_up(mul_up(_head_fros(lay.q, range(H)), Kmax), mul_up(_head_fros(lay.k, grp), ap.Qn.transpose(0, 2, 1))))
@@ -322,7 +318,7 @@ def _att_bounds(net: IntervalNetwork, lay: IntervalLayer, st, tr) -> SimpleNames
     # |J_A Delta| per head: P sigma_V dmax + smax (sqrt(P W) + eta_p P |h|)
     a, ap = st.att.att, st.ap
     P = add_up(1.0, a.eta_p)
-    dmax = _keymax(st.delta[:, None, :], net.causal, ap.Tq)
+    dmax = _keymax(st.delta, net.causal, ap.Tq)[:, None, :]
     head = add_up(mul_up(mul_up(P, _head_sigmas(lay.v, lay.group)), dmax),
                   mul_up(smax, add_up(sqrt_up(mul_up(P, a.W)), mul_up(mul_up(a.eta_p, P), ap.Hn))))
     jac = mul_up(norm_up(head.transpose(0, 2, 1)), lay.o.sigma)
@@ -387,14 +383,46 @@ def _refine_row(net: IntervalNetwork, tape: list, c: int, f: np.ndarray, rad: np
     return best
 
 
+SUBSET_BELOW = 0.5
+"""When fewer than this fraction of a batch's samples miss the goal, the backward runs on those samples only
+(their records copied out of the tape); otherwise on the whole batch (a float choice of work, never a bound)."""
+
+
+def _take(obj, idx: np.ndarray, B: int):
+    """The samples ``idx`` of a layer record: every array of the tape is batch-first (the pass computes
+    each row of each sample independently), so a record of ``idx.size`` samples is the rows ``idx`` of
+    every array whose first axis has length ``B``; namespaces and tuples are walked, the rest kept."""
+    if isinstance(obj, np.ndarray):
+        return obj[idx] if obj.ndim and obj.shape[0] == B else obj
+    if isinstance(obj, SimpleNamespace):
+        return SimpleNamespace(**{k: _take(v, idx, B) for k, v in vars(obj).items()})
+    if isinstance(obj, tuple):
+        return tuple(_take(v, idx, B) for v in obj)
+    return obj
+
+
 def refine(net: IntervalNetwork, tape: list, f: np.ndarray, rad: np.ndarray, ok: np.ndarray,
            target: float | None = None, trace: dict | None = None) -> np.ndarray:
     """Radii ``<= rad`` (B, k) still enclosing ``f_c(X)`` around ``f`` (note step 1): per read-out row the
     least of the per-layer radius and every cut's radius reached backwards from the read-out; stops when
     every sample's radius is ``<= target (1 + |f|)`` (``None``: runs to the input).  Samples not ``ok``
-    are left alone.  ``trace``: receives every term per layer and stage (for the tests)."""
+    are left alone, and with a target > 0 so are the samples whose per-layer radius already meets it (the
+    backward runs only on the others when they are few: either radius encloses, the goal only chooses
+    which one is returned).  ``trace``: receives every term per layer and stage (for the tests)."""
     if net.num_layers == 0 or not all(lay.back.usable for lay in net.layers):
         return rad
+    need = ok.copy()
+    if target:
+        with np.errstate(invalid="ignore", over="ignore"):
+            need &= ~(rad <= target * (1.0 + np.abs(f))).all(axis=1)
+    B = need.shape[0]
+    if not need.any():
+        return rad
+    if trace is None and need.sum() < SUBSET_BELOW * B:
+        idx = np.flatnonzero(need)
+        out = rad.copy()
+        out[idx] = refine(net, [_take(st, idx, B) for st in tape], f[idx], rad[idx], ok[idx], target)
+        return out
     out = rad.copy()
     for c in range(net.k):
         tr = None if trace is None else trace.setdefault(f"row{c}", {})
@@ -407,7 +435,7 @@ def refined_pass(weights, target: float = 0.0) -> IntervalPass:
     batch refined by :func:`refine` until each radius is ``<= target (1 + |f|)`` (0: as far as it helps)."""
     if not target >= 0:
         raise ValueError(f"the refinement's target must be >= 0, got {target!r}")
-    return replace(prepare(weights), refiner=partial(refine, target=float(target)))
+    return replace(prepare(weights), refiner=partial(refine, target=float(target)), goal=float(target))
 
 
 __all__ = ("BACKWARD_TINY", "refine", "refined_pass")

@@ -109,6 +109,89 @@ def test_the_target_stops_the_backward_early_and_is_met():
     assert (r_goal <= 1e-6 * (1 + np.abs(f))).all() and (r_goal >= r_all).all()
 
 
+def test_only_the_samples_missing_the_goal_are_refined_the_few_on_their_own(monkeypatch):
+    # a goal between the samples' per-layer widths splits the batch: the samples meeting it keep their
+    # per-layer radius bit for bit; the others are refined on their own rows of the tape (3 of 10: the
+    # subset path) to the radii a batch of just them gets, and every enclosure still holds
+    import specbound.certified.interval_adjoint as ia
+
+    rng = np.random.default_rng(15)
+    w = random_weights(rng, variant="residual", activation="gelu", L=3, T=3, qk=2.5)
+    X = rng.standard_normal((10, 3, w.width)) * 2
+    f0, r0, ok = prepare(w).rows(X)
+    rel = (r0 / (1 + np.abs(f0))).max(axis=1)
+    goal = float(np.sort(rel)[6]) * 0.999  # four samples miss it
+    miss = rel > goal
+    assert miss.sum() == 4
+    taken = []
+    monkeypatch.setattr(ia, "_take", lambda obj, idx, B, _t=ia._take: taken.append(idx.size) or _t(obj, idx, B))
+    f, r, _ = refined_pass(w, goal).rows(X)
+    assert taken and set(taken) == {4}
+    assert np.array_equal(f, f0) and np.array_equal(r[~miss], r0[~miss])
+    assert (r[miss] <= r0[miss]).all() and (r[miss] < r0[miss]).all()
+    _, r_alone, _ = refined_pass(w, goal).rows(X[miss])
+    np.testing.assert_allclose(r[miss], r_alone, rtol=1e-12)
+    _check(w, X, *output_enclosures(f, r, ok), arb_too=False)
+    # half or more missing: the whole batch is refined, no copy
+    taken.clear()
+    refined_pass(w, float(np.sort(rel)[2]) * 0.999).rows(X)
+    assert not taken
+
+
+def test_after_a_batch_with_few_samples_missing_the_goal_the_next_runs_without_a_tape():
+    # batches of 5: the first is refined from its tape; when few of its samples missed the goal the next
+    # batches run without one and redo just their missing samples with a tape; every enclosure holds and
+    # every sample that missed the goal is refined as in a tape run
+    import specbound.certified.interval_forward as iv
+
+    rng = np.random.default_rng(17)
+    w = random_weights(rng, variant="residual", activation="gelu", L=3, T=3, qk=2.5)
+    X = rng.standard_normal((20, 3, w.width)) * 2
+    f0, r0, ok = prepare(w).rows(X, batch=5)
+    rel = (r0 / (1 + np.abs(f0))).max(axis=1)
+    goal = float(np.sort(rel)[-2]) * 0.999  # two samples miss it
+    miss = rel > goal
+    calls = []
+    real = iv.interval_outputs
+
+    def spy(net, x0, delta0, ok=None, trace=None, tape=None, chunk=None):
+        calls.append((x0.shape[0], tape is not None))
+        return real(net, x0, delta0, ok, trace, tape, chunk)
+
+    iv.interval_outputs, group = spy, iv.GROUP
+    iv.GROUP = 1  # one batch per group: the state passes from batch to batch
+    try:
+        f, r, ok1 = refined_pass(w, goal).rows(X, batch=5)
+    finally:
+        iv.interval_outputs, iv.GROUP = real, group
+    assert calls[0] == (5, True) and (5, False) in calls and any(t and b < 5 for b, t in calls)
+    assert np.array_equal(ok1, ok) and np.array_equal(r[~miss], r0[~miss]) and (r[miss] < r0[miss]).all()
+    # the fraction is that of the per-layer radii (before refining): when most missed, no tapeless run
+    calls.clear()
+    iv.interval_outputs, iv.GROUP = spy, 1
+    try:
+        refined_pass(w, float(np.sort(rel)[0]) * 0.5).rows(X, batch=5)
+    finally:
+        iv.interval_outputs, iv.GROUP = real, group
+    assert calls == [(5, True)] * 4
+    _, r_tape, _ = refined_pass(w, goal).rows(X, batch=20)  # one batch: refined from its tape
+    np.testing.assert_allclose(r[miss], r_tape[miss], rtol=1e-12)
+    _check(w, X, *output_enclosures(f, r, ok1), arb_too=False)
+
+
+def test_the_batch_size_keeps_the_widest_array_within_its_budget():
+    from specbound.certified.interval_forward import BATCH, BATCH_BYTES, batch_size
+
+    rng = np.random.default_rng(16)
+    for T, F in ((3, 4), (17, 128), (200, 64), (4000, 8)):
+        net = prepare(random_weights(rng, L=1, T=3, F=F)).net
+        b = batch_size(net, T)
+        widest = max(net.width, F, net.layers[0].num_heads * max(T, net.layers[0].dv))
+        assert 32 <= b <= BATCH and b & (b - 1) == 0
+        assert b * T * widest * 8 <= BATCH_BYTES or b == 32
+        assert b == BATCH or 2 * b * T * widest * 8 > BATCH_BYTES
+
+
 # --------------------------------------------------------------------------- lemmas where they are tight
 
 

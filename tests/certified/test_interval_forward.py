@@ -149,6 +149,30 @@ def test_zero_layers_read_the_read_out_token(variant):
     _check(w, X, lo, hi, np.ones(3, dtype=bool))
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_programs_in_chunks_with_the_radii_on_the_whole_batch_give_each_sample_its_own_enclosure(variant):
+    # chunks of 2 of 7 samples (one huge, not certified): the radius formulas run once on the joined small
+    # records; every sample gets the values and radius it gets alone, and its enclosure holds
+    from specbound.certified.interval_forward import input_rows, interval_outputs
+
+    rng = np.random.default_rng(40 + VARIANTS.index(variant))
+    w = random_weights(rng, variant=variant, activation=ACTIVATIONS[VARIANTS.index(variant) % 4], L=2, T=3,
+                       kv=1 if variant == "ls" else 0)
+    X = _inputs(rng, "random", 7, 3, w.width)
+    X[3] *= 1e300
+    net = prepare(w).net
+    x0, d0, ok0 = input_rows(X, net)
+    with np.errstate(over="ignore", invalid="ignore"):
+        f, r, ok = interval_outputs(net, x0, d0, ok0, chunk=2)
+        alone = [interval_outputs(net, x0[i:i + 1], d0[i:i + 1], ok0[i:i + 1]) for i in range(7)]
+    assert np.array_equal(ok, np.concatenate([a[2] for a in alone])) and not ok[3] and ok.sum() == 6
+    # (one sample alone takes BLAS's vector path: its values may differ in the last bits)
+    np.testing.assert_allclose(f[ok], np.concatenate([a[0] for a in alone])[ok], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(r[ok], np.concatenate([a[1] for a in alone])[ok], rtol=1e-12)
+    keep = np.flatnonzero(ok)
+    _check(w, X[keep], *output_enclosures(f[keep], r[keep], ok[keep]), ok[keep], arb_too=False)
+
+
 def test_non_finite_and_huge_inputs_are_not_certified_and_go_to_arb():
     rng = np.random.default_rng(11)
     w = random_weights(rng, L=1)

@@ -353,7 +353,8 @@ def test_the_input_stage_is_pinned():
 
 def test_the_constants_are_the_ones_the_note_declares():
     # constants that enter a bound as stated: each pinned to the note's value (a shrunk one fails)
-    from specbound.certified import directed, interval_forward as iv
+    from specbound.certified import directed
+    from specbound.certified import interval_stages as iv
     from specbound.certified.interval_network import projection_constants
 
     assert iv.TINY == 2.0**-1000 and iv._U1 == 2.0**-53 + 2.0**-105 and iv._ROT == 2.0**-51
