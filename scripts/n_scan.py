@@ -1,6 +1,7 @@
 """The n-scan of issue 26: the certified bound against the sample size n, per shape, both routes.
 
     .venv/bin/python scripts/n_scan.py --work DIR [--shapes conventional,depth4] [--out docs/figures/n_scan.png] [--json FILE]
+    .venv/bin/python scripts/n_scan.py --work DIR --from-json A.json B.json --out docs/figures/n_scan.png
 
 Every point is its own model trained by a fixed recipe (``scripts/make_default.py``) on its own
 training sample S (its own data seed), certified from S by ``specbound certify`` (both routes, each at
@@ -101,7 +102,7 @@ def figure(rows: list[dict], out: Path) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("n (training examples = S)")
-    ax.set_ylabel("certified bound on the 0-1 risk")
+    ax.set_ylabel("bound on the 0-1 risk (routes: certified; held-out: CP limit of a float count)")
     ax.set_title("each point its own model and S; n fixed in advance")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -118,7 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-n", type=float, default=math.inf, help="skip points above this n")
     ap.add_argument("--out", default=None, help="the figure (PNG)")
     ap.add_argument("--json", default=None, help="the rows as JSON")
+    ap.add_argument("--from-json", nargs="+", default=None,
+                    help="plot the rows of earlier runs' --json files (no training, no certify)")
     args = ap.parse_args(argv)
+    if args.from_json:
+        rows = [r for f in args.from_json for r in json.loads(Path(f).read_text())]
+        if args.out:
+            figure(rows, Path(args.out))
+        return 0
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     script = runpy.run_path(str(ROOT / "scripts" / "make_default.py"), run_name="n_scan")
