@@ -21,26 +21,23 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-from flint import arb, arb_mat, ctx, fmpq
+from flint import arb, ctx, fmpq
 
-from specbound.certified.forward import (
-    DEFAULT_PREC, ArbNetwork, Margin, embedded_input_ball, input_ball,
-)
-from specbound.certified.fast_forward import (
-    FastForward, FastNetwork, NotApplicable, check_float_environment, error_budget, margins_of_rows,
-    margins_of_tokens, prepare_rows, token_table,
+from specbound.certified.forward import DEFAULT_PREC, Margin
+from specbound.certified.fast_forward import NotApplicable
+from specbound.certified.fast_pass import (  # re-exported: the pass's names stay importable from here
+    APRIORI_RELATIVE_LIMIT, STRADDLER_REFINE, FastPass, _inputs_of, float_margins_k, held_fast_pass,
 )
 from specbound.certified.forward_ls import certified_outputs, network_for
 from specbound.certified.arb import float_lower, float_upper
-from specbound.certified.interval_forward import output_enclosures
-from specbound.certified.interval_forward import prepare as interval_prepare
-from specbound.certified.interval_adjoint import refined_pass
 from specbound.certified.margins import (
-    MarginEnclosures, errors_lower, exact_float_sum, from_center_radius, from_output_enclosures, margin_ball,
+    errors_lower, exact_float_sum, from_output_enclosures, margin_ball,  # exact_float_sum: re-exported
     max_radius, ramp_loss_sums, undecided,
 )
+from specbound.certified.stream_pass import check_stream, stream_fast_pass
 from specbound.dataset import DataSet
-from specbound.errors import LayoutError, SpecboundError
+from specbound.sample_stream import SampleStream
+from specbound.errors import SpecboundError
 from specbound.matrices import AnalysisWeights
 from specbound.vocabulary import FORWARD_ARB, FORWARD_FAST, FORWARD_INTERVAL, FORWARD_METHODS
 
@@ -170,46 +167,6 @@ def _merged(parts: list[_Partial]) -> _Partial:
                     sum(p.errors01 for p in parts), max((p.max_radius for p in parts), default=0.0))
 
 
-def _inputs_of(data: DataSet, weights: AnalysisWeights, embedding) -> Callable[[int], arb_mat]:
-    if data.inputs is not None:
-        if data.inputs.shape[2] != weights.width:
-            raise LayoutError(
-                f"{data.source}: inputs have width {data.inputs.shape[2]}, the network width is {weights.width}"
-            )
-        return lambda i: input_ball(data.inputs[i])
-    if embedding is None:
-        E = weights.extra.get("embedding.E")
-        P = weights.extra.get("embedding.P")
-    else:
-        E, P = embedding
-    if E is None:
-        raise LayoutError(
-            f"{data.source}: the data holds token ids but the model has no fixed embedding 'embedding.E'"
-        )
-    E = np.asarray(E, dtype=np.float64)
-    P = None if P is None else np.asarray(P, dtype=np.float64)
-    if E.ndim != 2 or E.shape[1] != weights.width:
-        raise LayoutError(f"embedding E has shape {E.shape}, expected (vocab, {weights.width})")
-    if P is not None and (P.ndim != 2 or P.shape[1] != weights.width):
-        raise LayoutError(f"embedding P has shape {P.shape}, expected (T, {weights.width})")
-    if not (np.isfinite(E).all() and (P is None or np.isfinite(P).all())):
-        raise LayoutError(f"{data.source}: the model's embedding tables have NaN/Inf entries")
-    tokens = np.asarray(data.tokens)
-    if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
-        raise LayoutError(f"{data.source}: token ids must be an integer array (n, T), got {tokens.dtype} {tokens.shape}")
-    T = tokens.shape[1]
-    V = E.shape[0]
-    if tokens.size and (tokens.min() < 0 or tokens.max() >= V):
-        # a negative id would silently index row V - 1 of a float table
-        raise LayoutError(f"{data.source}: token ids must lie in [0, {V}) for this model, "
-                          f"found [{tokens.min()}, {tokens.max()}]")
-    if P is not None and P.shape[0] > 0 and T > P.shape[0]:
-        raise LayoutError(
-            f"{data.source}: sequence length {T} exceeds the model's positional embedding ({P.shape[0]} rows)"
-        )
-    return lambda i: embedded_input_ball(data.tokens[i], E, P)
-
-
 def _block(weights, data, rho, embedding, prec, start, stop) -> _Partial:
     """Ramp bounds of samples ``start..stop-1``, summed exactly."""
     return _block_of(weights, data, rho, embedding, prec, range(start, stop))
@@ -274,7 +231,12 @@ def certified_ramp_loss(
     if forward not in FORWARD_METHODS:
         raise SpecboundError(f"forward pass must be one of {FORWARD_METHODS}, got {forward!r}")
     r = _margin_ball(rho)
-    _inputs_of(data, weights, embedding)  # validate before any work (and before any task is sent)
+    streamed = isinstance(data, SampleStream)
+    if streamed:
+        check_stream(data, weights, embedding)
+        map_blocks = None  # a stream's rows are read here, block by block; no task holds the sample
+    else:
+        _inputs_of(data, weights, embedding)  # validate before any work (and before any task is sent)
     if embedding is not None:
         map_blocks = None  # an engine's tasks embed with the model's own fixed embedding only
     n = int(data.labels.shape[0])
@@ -286,6 +248,10 @@ def certified_ramp_loss(
     if map_blocks is not None and n > 0:
         size = max(1, -(-n // ENGINE_CHUNKS))
         parts = map_blocks([list(range(a, min(n, a + size))) for a in range(0, n, size)], r, prec)
+    elif streamed:
+        parts = [_block(weights, block, r, embedding, prec, 0, block.n) for _, block in data.blocks()]
+        if progress is not None:
+            progress(n)
     else:
         parts = [_block(weights, data, r, embedding, prec, 0, n)]
         if progress is not None:
@@ -308,146 +274,15 @@ def certified_ramp_loss(
     )
 
 
-def _embedding_of(weights, embedding):
-    if embedding is None:
-        return weights.extra.get("embedding.E"), weights.extra.get("embedding.P")
-    return embedding
-
-
-APRIORI_RELATIVE_LIMIT = 1e-3
-"""The a-priori pass runs first only when its ``epsilon <= APRIORI_RELATIVE_LIMIT * ||w||`` (margins are
-of the order of ||w||); a larger epsilon would leave most samples undecided, so the per-sample pass
-runs on every sample instead.  A choice of speed only: both passes are certified."""
-
-STRADDLER_REFINE = 0.0
-"""The samples a first pass leaves near a breakpoint are redone by the per-sample pass with the adjoint
-refinement (proofs_notes/interval_adjoint.md) run as far as it helps (goal 0), before any goes to Arb.  It
-is not on for every sample: on the L4 N64 residual model it costs about 2.7x the per-layer pass, past the
-3x-a-float-forward budget, and margins far from every breakpoint gain nothing from it (README, (e))."""
-
-
-@dataclass(frozen=True, eq=False)
-class FastPass:
-    """The fast certified forward pass of one model over one sample: float outputs ``f`` (n,) and either
-    the a-priori exact point ``epsilon`` with ``|f[i] - f(X_i)| <= epsilon`` (proofs_notes/fast_forward.md)
-    or per-sample enclosures ``lower[i] <= f(X_i) <= upper[i]`` (proofs_notes/interval_forward.md).  A
-    k-row read-out (k >= 2; the per-sample pass only): ``f``, ``lower``, ``upper`` of shape (n, k), one
-    column per output, labels the classes 0..k-1 (proofs_notes/k_class.md).
-
-    Computed once per certify run: its signed margins choose the margin rho (floats only choose) and
-    the same outputs certify the ramp loss at the chosen rho.  ``refine(indices)`` runs the per-sample
-    pass with the adjoint refinement (proofs_notes/interval_adjoint.md) on some samples, those the first
-    pass leaves near a breakpoint (None when it does not cover the model)."""
-
-    f: np.ndarray
-    epsilon: arb | None = None
-    lower: np.ndarray | None = None
-    upper: np.ndarray | None = None
-    refine: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
-
-    @property
-    def method(self) -> str:
-        return "fast" if self.lower is None else "interval"
-
-    def margins(self, data: DataSet) -> np.ndarray:
-        """Float margins ``y_i f[i]`` (an exact sign flip of ``f``; k outputs: ``f_y - max_{c != y} f_c``), for
-        choosing rho only.  A sample the fast pass left as NaN (its run met a non-finite value; the
-        certified loss redoes it in Arb) counts as margin 0 here, the choice's most pessimistic value
-        (ramp loss 1 at every rho)."""
-        labels = np.asarray(data.labels)
-        if self.f.ndim == 2:
-            g = float_margins_k(self.f, labels)
-        else:
-            g = np.where(labels < 0, -self.f, self.f)
-        return np.where(np.isfinite(g), g, 0.0)
-
-    def enclosures(self, data: DataSet) -> MarginEnclosures:
-        """Certified margin enclosures of ``y_i f(X_i)`` (:mod:`specbound.certified.margins`)."""
-        labels = np.asarray(data.labels)
-        if self.lower is not None:
-            return from_output_enclosures(self.lower, self.upper, labels, "interval")
-        g = np.where(labels < 0, -self.f, self.f)  # a NaN stays NaN: [-inf, +inf], redone below
-        return from_center_radius(g, self.epsilon, "fast")
-
-
-def float_margins_k(f: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Float margins ``f_y - max_{c != y} f_c`` of float outputs ``f`` (n, k), labels 0..k-1 (for choosing)."""
-    f = np.asarray(f, dtype=np.float64)
-    y = np.asarray(labels, dtype=np.int64)
-    rows = np.arange(f.shape[0])
-    others = np.where(np.arange(f.shape[1])[None, :] == y[:, None], -np.inf, f)
-    with np.errstate(invalid="ignore"):
-        return f[rows, y] - others.max(axis=1)
-
-
-def _interval_runner(weights, data: DataSet, embedding, table=None, lazy: bool = False, refine: float | None = None):
-    """``indices -> (lower, upper)`` of the outputs by the per-sample pass (shape (m,) for one read-out
-    vector, (m, k) for k rows); NotApplicable if it does not
-    cover the model (when ``lazy``, raised by the first call, which also prepares the network).
-    ``table``: the token table of all of ``data`` (:func:`~specbound.certified.fast_forward.token_table`);
-    ``refine``: the adjoint refinement's relative width goal (:func:`~specbound.certified.interval_adjoint.refined_pass`; None: off)."""
-    state: dict = {}
-
-    def prepared():
-        if "ip" not in state:
-            state["ip"] = interval_prepare(weights) if refine is None else refined_pass(weights, refine)
-        return state["ip"]
-
-    def run(idx):
-        ip, idx = prepared(), np.asarray(idx, dtype=np.int64)
-        if data.inputs is not None:
-            lo, hi = output_enclosures(*ip.rows(np.asarray(data.inputs)[idx]))
-        else:
-            E, P = _embedding_of(weights, embedding)
-            lo, hi = output_enclosures(*ip.tokens(E, P, np.asarray(data.tokens)[idx], table=table))
-        return (lo[:, 0], hi[:, 0]) if ip.net.k == 1 else (lo, hi)
-
-    if not lazy:
-        prepared()
-    return run
-
-
-def fast_pass(weights: AnalysisWeights, data: DataSet, embedding=None, method: str = FORWARD_FAST) -> FastPass:
-    """The fast forward pass of ``weights`` over ``data``: the a-priori pass where it covers the model and
-    its epsilon is small (:data:`APRIORI_RELATIVE_LIMIT`; the per-sample pass then redoes only samples near
-    a breakpoint), else the per-sample pass on every sample (``method="interval"`` forces that);
-    NotApplicable when neither covers the model or input."""
-    _inputs_of(data, weights, embedding)  # the same input checks as the Arb pass
-    fast = rows = table = None
-    if data.inputs is None:  # one table of (position, token) rows for both passes
-        E, P = _embedding_of(weights, embedding)
-        E = np.asarray(E, dtype=np.float64)
-        P = None if P is None else np.asarray(P, dtype=np.float64)
-        rows, delta0, R0 = token_table(E, P, np.asarray(data.tokens))
-        table = (rows, delta0)
-    if method != FORWARD_INTERVAL:
-        try:
-            if data.inputs is not None:
-                fast = prepare_rows(weights, data.inputs.shape[1])
-            else:
-                check_float_environment()
-                net = FastNetwork.from_weights(weights)
-                fast = FastForward(net, error_budget(net, data.tokens.shape[1], delta0, R0))
-        except NotApplicable:
-            fast = None
-    if fast is not None and fast.epsilon <= APRIORI_RELATIVE_LIMIT * float(np.linalg.norm(fast.net.readout)):
-        refine = _interval_runner(weights, data, embedding, table, lazy=True, refine=STRADDLER_REFINE)
-    else:
-        try:
-            refine = _interval_runner(weights, data, embedding, table)
-        except NotApplicable:
-            if fast is None:
-                raise
-            refine = None
-        if refine is not None:
-            lo, hi = refine(np.arange(int(data.labels.shape[0])))
-            with np.errstate(invalid="ignore", over="ignore"):
-                f = np.where(np.isfinite(lo) & np.isfinite(hi), lo / 2 + hi / 2, np.nan)
-            refined = _interval_runner(weights, data, embedding, table, lazy=True, refine=STRADDLER_REFINE)
-            return FastPass(f, None, lo, hi, refine=refined)
-    f = (margins_of_rows(fast, data.inputs) if data.inputs is not None
-         else margins_of_tokens(fast, rows, np.asarray(data.tokens)))
-    return FastPass(f, fast.epsilon, refine=refine)
+def fast_pass(weights: AnalysisWeights, data: DataSet | SampleStream, embedding=None,
+              method: str = FORWARD_FAST) -> FastPass:
+    """The fast certified forward pass of ``weights`` over ``data``
+    (:func:`specbound.certified.fast_pass.held_fast_pass` on a sample held in memory,
+    :func:`specbound.certified.stream_pass.stream_fast_pass` on a :class:`SampleStream`, block by block with
+    the same numbers); NotApplicable when no fast pass covers the model or input."""
+    if isinstance(data, SampleStream):
+        return stream_fast_pass(weights, data, embedding, method)
+    return held_fast_pass(weights, data, embedding, method)
 
 
 def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began,
@@ -479,6 +314,8 @@ def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began,
     if redo_idx and map_blocks is not None:
         size = max(1, -(-len(redo_idx) // ENGINE_CHUNKS))
         arb_part = _merged(map_blocks([redo_idx[a:a + size] for a in range(0, len(redo_idx), size)], r, prec))
+    elif redo_idx and isinstance(data, SampleStream):  # only those rows are read back
+        arb_part = _block_of(weights, data.take(np.asarray(redo_idx)), r, embedding, prec, range(len(redo_idx)))
     elif redo_idx:
         arb_part = _block_of(weights, data, r, embedding, prec, redo_idx)
     else:
@@ -521,7 +358,10 @@ def _fast_ramp_loss(weights, data, r: arb, embedding, prec, progress, began,
 
 
 __all__: Sequence[str] = (
+    "APRIORI_RELATIVE_LIMIT",
+    "STRADDLER_REFINE",
     "FastPass",
+    "float_margins_k",
     "RampLossCertificate",
     "certified_ramp_loss",
     "fast_pass",

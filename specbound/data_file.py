@@ -94,7 +94,10 @@ def data_sha256(data: DataSet) -> str:
     :func:`specbound.formats.state_dict.state_sha256` (names, dtypes, shapes, little-endian bytes).
     The same sample gives the same digest from a file, arrays, tensors or a loader; its order counts."""
     from specbound.formats.state_dict import state_sha256
+    from specbound.sample_stream import SampleStream
 
+    if isinstance(data, SampleStream):  # the same bytes, read block by block
+        return data.sha256()
     arrays = {"labels": np.ascontiguousarray(data.labels, dtype=np.int64)}
     if data.tokens is not None:
         arrays["tokens"] = np.ascontiguousarray(data.tokens, dtype=np.int64)

@@ -16,25 +16,22 @@ Labels are -1/+1 (a binary model) or classes 0..k-1 (a model with k outputs), ch
 model by :func:`specbound.data_file.check_labels`.  Every value is kept exactly (ids int64, rows
 float64, every float16/bfloat16/float32 value is a float64 number).
 
-**Streaming.**  A loader is read one batch at a time: each batch is converted to the canonical arrays
-(int64 ids or float64 rows, labels) and checked on its own -- shapes, dtypes, the same length T (and
-width N) as the batches before it -- so a loader yielding a wrong shape or dtype fails at that batch,
-in one line naming it, before the rest is read.  The user's batches (tensors, extra fields, the
-Dataset's own storage) are dropped as soon as they are converted; what is kept is the canonical
-sample: 8 bytes per token id (or per float of an embedded row) plus the labels.  The certified
-forward passes then run over that sample in batches of a few hundred sequences; they hold the
-sample itself and a few numbers per example (float outputs, enclosure endpoints), never an
-embedded copy of token-id data.  So memory grows as n T ids, not n T N floats -- but the sample is
-held whole: a sample whose canonical ids do not fit in memory is out of reach for now (embedded
-rows, n T N floats, reach that limit first).  A shuffling loader is refused: the sample's SHA-256,
-recorded in the certificate, depends on its order, and ``verify`` reads it again.
+**Streaming.**  A torch Dataset or DataLoader becomes a :class:`~specbound.sample_stream.SampleStream`,
+never held whole: each batch is converted to the canonical arrays (int64 ids or float64 rows, labels)
+and checked on its own -- shapes, dtypes, the same length T (and width N) as the batches before it -- so
+a loader yielding a wrong shape or dtype fails at that batch, in one line naming it, before the rest is
+read; the batches are regrouped into canonical blocks of ``block`` examples and the user's batch is
+dropped.  The stream keeps the labels and, per position, the token ids that occur; every certified pass
+reads the loader again block by block (docs/formats.md, "Streaming and memory").  A shuffling loader is
+refused: the sample's SHA-256, recorded in the certificate, depends on its order, and ``verify`` reads it
+again.  Arrays, tensors, mappings and files (which the caller holds anyway) give a :class:`DataSet`.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -42,6 +39,7 @@ import numpy as np
 from specbound.data_file import DataFileError, _labels, dataset_from_arrays, load_data
 from specbound.dataset import DataSet
 from specbound.errors import one_line
+from specbound.sample_stream import SampleStream
 
 BLOCK = 4096
 """Examples per batch when a torch Dataset is read through a DataLoader."""
@@ -112,31 +110,72 @@ def _checked(x: np.ndarray, y: np.ndarray, kind: str, where: str) -> DataSet:
                                source=where)
 
 
-def from_batches(batches: Iterable, source: str) -> DataSet:
-    """The sample of an iterable of batches, read one batch at a time (module docstring)."""
+def canonical_blocks(batches: Iterable, source: str, block: int = BLOCK) -> Iterator[DataSet]:
+    """The canonical blocks of an iterable of batches (module docstring): each batch converted and
+    checked on its own (one line naming the batch that fails), then regrouped into blocks of exactly
+    ``block`` examples (the last one shorter), so the blocks do not depend on the loader's batch size."""
     kind = shape = None
-    labels, rows = [], []
+    pending: list[DataSet] = []
+    held = 0
     for i, batch in enumerate(batches):
         where = f"{source}: batch {i}"
         x, y, k = _pair(batch, where)
         if kind is not None and k != kind:  # before the shape checks: the dtype is what changed
             raise DataFileError(f"{where}: holds {k} (dtype {x.dtype}) but the batches before it hold {kind}")
         part = _checked(x, y, k, where)
-        block = part.tokens if k == "tokens" else part.inputs
+        rows = part.tokens if k == "tokens" else part.inputs
         if kind is None:
-            kind, shape = k, block.shape[1:]
-        elif block.shape[1:] != shape:
-            raise DataFileError(f"{where}: {k} of shape {block.shape[1:]} per example, the batches before it "
+            kind, shape = k, rows.shape[1:]
+        elif rows.shape[1:] != shape:
+            raise DataFileError(f"{where}: {k} of shape {rows.shape[1:]} per example, the batches before it "
                                 f"{shape} (one sequence length{' and width' if k == 'inputs' else ''} for the sample)")
-        labels.append(part.labels)
-        rows.append(block)
-        del x, y, batch, part  # the user's batch is not kept
-    if kind is None:
+        del x, y, batch  # the user's batch is not kept
+        pending.append(part)
+        held += part.n
+        while held >= block:
+            out, pending, held = _regroup(pending, block, kind, source)
+            yield out
+    while held > 0:
+        out, pending, held = _regroup(pending, min(block, held), kind, source)
+        yield out
+
+
+def _regroup(parts: list[DataSet], size: int, kind: str, source: str) -> tuple[DataSet, list[DataSet], int]:
+    """(the first ``size`` examples of ``parts`` as one block, the rest, how many the rest hold)."""
+    rows = np.concatenate([p.tokens if kind == "tokens" else p.inputs for p in parts])
+    labels = np.concatenate([p.labels for p in parts])
+    rest_rows, rest_labels = rows[size:], labels[size:]
+    block = DataSet(labels=labels[:size].copy(), tokens=rows[:size].copy() if kind == "tokens" else None,
+                    inputs=rows[:size].copy() if kind == "inputs" else None, source=source)
+    rest = [] if rest_labels.shape[0] == 0 else [
+        DataSet(labels=rest_labels, tokens=rest_rows if kind == "tokens" else None,
+                inputs=rest_rows if kind == "inputs" else None, source=source)]
+    return block, rest, int(rest_labels.shape[0])
+
+
+def _stream_labels(source: str) -> Callable[[list[np.ndarray]], np.ndarray]:
+    # all blocks' labels checked together: blocks of -1/+1 and blocks of classes do not mix
+    return lambda parts: _labels(source, np.concatenate(parts))
+
+
+def stream_of(make_batches: Callable[[], Iterable], source: str, block: int = BLOCK) -> SampleStream:
+    """The :class:`SampleStream` of a re-iterable source of batches (``make_batches()`` starts a new
+    reading): read once here to check every batch and learn n, labels and token ids."""
+    return SampleStream(lambda: canonical_blocks(make_batches(), source, block), source,
+                        labels_of=_stream_labels(source))
+
+
+def from_batches(batches: Iterable, source: str) -> DataSet:
+    """The whole sample of an iterable of batches as one DataSet, read one batch at a time (for arrays
+    the caller holds anyway; loaders become a :class:`SampleStream`)."""
+    blocks = list(canonical_blocks(batches, source))
+    if not blocks:
         raise DataFileError(f"{source}: yields no batch (the sample is empty, n = 0)")
-    y = _labels(source, np.concatenate(labels))  # blocks of -1/+1 and blocks of classes do not mix
-    rows_all = np.concatenate(rows)
-    return DataSet(labels=y, tokens=rows_all if kind == "tokens" else None,
-                   inputs=rows_all if kind == "inputs" else None, source=source)
+    kind = "tokens" if blocks[0].tokens is not None else "inputs"
+    y = _labels(source, np.concatenate([b.labels for b in blocks]))
+    rows = np.concatenate([b.tokens if kind == "tokens" else b.inputs for b in blocks])
+    return DataSet(labels=y, tokens=rows if kind == "tokens" else None,
+                   inputs=rows if kind == "inputs" else None, source=source)
 
 
 def _loader_of(data: Any, block: int):
@@ -157,16 +196,16 @@ def _loader_of(data: Any, block: int):
     return None
 
 
-def as_dataset(data: Any, *, block: int = BLOCK) -> DataSet | None:
-    """The validated :class:`DataSet` of ``data`` (module docstring; None for None); one-line
-    DataFileError otherwise."""
-    if data is None or isinstance(data, DataSet):
+def as_dataset(data: Any, *, block: int = BLOCK) -> DataSet | SampleStream | None:
+    """The validated sample of ``data`` (module docstring; None for None): a :class:`DataSet`, or a
+    :class:`SampleStream` for a torch Dataset / DataLoader; one-line DataFileError otherwise."""
+    if data is None or isinstance(data, (DataSet, SampleStream)):
         return data
     if isinstance(data, (str, os.PathLike)):
         return load_data(data)
     loader = _loader_of(data, block)
     if loader is not None:
-        return from_batches(iter(loader[0]), loader[1])
+        return stream_of(lambda: iter(loader[0]), loader[1], block)
     if isinstance(data, Mapping) or (isinstance(data, tuple) and len(data) == 2):
         source = "<mapping>" if isinstance(data, Mapping) else "<arrays>"
         x, y, kind = _pair(data, source)
@@ -175,4 +214,4 @@ def as_dataset(data: Any, *, block: int = BLOCK) -> DataSet | None:
                         f"a pair (x, labels), or a torch Dataset / DataLoader; got {type(data).__name__}")
 
 
-__all__ = ["BLOCK", "as_dataset", "from_batches"]
+__all__ = ["BLOCK", "as_dataset", "canonical_blocks", "from_batches", "stream_of"]

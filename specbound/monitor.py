@@ -90,6 +90,8 @@ class BoundMonitor:
         if not (isinstance(delta, (int, float)) and 0.0 < float(delta) < 1.0):
             raise SpecboundError(f"delta must lie in (0, 1), got {delta!r}")
         self.dataset = as_dataset(data)
+        if self.dataset is not None and hasattr(self.dataset, "materialize"):
+            self.dataset = self.dataset.materialize()  # the monitor subsamples S by index: it holds it whole
         if self.dataset is None or self.dataset.n == 0:
             raise SpecboundError("the monitor needs the training sample S: data= (a DataSet, a mapping of arrays "
                                  "or a .npz path)")

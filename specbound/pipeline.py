@@ -114,7 +114,9 @@ def float_margins(weights, data, fast=None) -> np.ndarray | None:
     does not cover)."""
     if fast is not None:
         return fast.margins(data)
-    if data is None or data.tokens is None or CAPABILITY_FLOAT_FORWARD not in capabilities(weights.layout):
+    streamed = getattr(data, "kind", None) == "tokens" and hasattr(data, "blocks")  # a SampleStream of ids
+    if data is None or (data.tokens is None and not streamed) or \
+            CAPABILITY_FLOAT_FORWARD not in capabilities(weights.layout):
         return None
     path = weights.extra.get("weights_file")
     if not path:
@@ -124,13 +126,14 @@ def float_margins(weights, data, fast=None) -> np.ndarray | None:
     from specbound.model import AnalysisTransformer
 
     model = AnalysisTransformer.load(path)
-    tokens = np.asarray(data.tokens)
     k = weights.num_outputs
-    f = np.empty((tokens.shape[0], k) if k > 1 else tokens.shape[0])
+    f = np.empty((data.n, k) if k > 1 else data.n)
     with torch.no_grad():
         # in batches: memory stays bounded whatever n is (one batch's attention tensors at a time)
-        for a in range(0, tokens.shape[0], FLOAT_MARGIN_BATCH):
-            f[a:a + FLOAT_MARGIN_BATCH] = model(torch.from_numpy(tokens[a:a + FLOAT_MARGIN_BATCH])).numpy()
+        for start, tokens in (((s, b.tokens) for s, b in data.blocks()) if streamed else [(0, np.asarray(data.tokens))]):
+            for a in range(0, tokens.shape[0], FLOAT_MARGIN_BATCH):
+                f[start + a:start + a + FLOAT_MARGIN_BATCH] = model(
+                    torch.from_numpy(tokens[a:a + FLOAT_MARGIN_BATCH])).numpy()
     if k > 1:
         from specbound.certified.ramp_loss import float_margins_k
 

@@ -1,7 +1,7 @@
 """Layering: the certified and derivation layers import only what one allow-list names.
 
 A module of ``certified/`` or ``derivation/`` may import the two layers themselves, the shared modules
-``specbound.{errors, vocabulary, matrices, plan, dataset, scope, verdict, version}``, numpy, python-flint,
+``specbound.{errors, vocabulary, matrices, plan, dataset, sample_stream, scope, verdict, version}``, numpy, python-flint,
 SymPy, mpmath and the standard library -- nothing else of the project (not the pipeline, the
 checkpoint loaders, the engine, the adapters, the formats, inspection, the API, the commands...) and
 no other third-party package, so that a new application module is outside the layers by default.
@@ -33,7 +33,8 @@ PACKAGE_DIRS = {
 
 LAYERS = ("specbound.certified", "specbound.derivation")
 SHARED = ("specbound.errors", "specbound.vocabulary", "specbound.matrices", "specbound.plan",
-          "specbound.dataset", "specbound.scope", "specbound.verdict", "specbound.version")
+          "specbound.dataset", "specbound.sample_stream", "specbound.scope", "specbound.verdict",
+          "specbound.version")
 """Project modules every layer may import (value types and names, no behaviour of the application)."""
 THIRD_PARTY = ("numpy", "flint", "sympy", "mpmath")
 

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from specbound.data_file import DataFileError, check_labels, data_sha256
 from specbound.data_source import as_dataset
+from specbound.sample_stream import SampleStream
 
 RNG = np.random.default_rng(7)
 IDS = RNG.integers(0, 9, (10, 4))
@@ -65,6 +66,10 @@ FORMS = {
 def test_every_form_gives_the_same_sample_and_the_digest_of_its_canonical_arrays(form, tmp_path):
     np.savez(tmp_path / "S.npz", tokens=IDS, labels=Y)
     data = as_dataset(FORMS[form](tmp_path / "S.npz"), block=4)
+    if isinstance(data, SampleStream):  # a torch Dataset / DataLoader: read in blocks, never whole
+        assert data.tokens is None and max(data.sizes) <= 4
+        np.testing.assert_array_equal(data.materialize().tokens, IDS)
+        data = data.materialize()
     np.testing.assert_array_equal(data.tokens, IDS)
     np.testing.assert_array_equal(data.labels, Y)
     assert data_sha256(data) == digest_by_hand({"labels": Y.astype(np.int64), "tokens": IDS.astype(np.int64)})
