@@ -27,7 +27,8 @@ from specbound.dataset import DataSet
 from specbound.errors import SpecboundError, option
 from specbound.formats.json_file import read_json
 from specbound.plan import MAX_TRIES
-from specbound.tasks import Task, training_sample_of
+from specbound.sample_stream import SampleStream
+from specbound.tasks import Task, training_blocks
 from specbound.vocabulary import (
     CAPABILITY_RECORDED_TASK, CERTIFIED_SOURCES, EMPIRICAL_DATA, EMPIRICAL_NONE, EMPIRICAL_SOURCES,
     EMPIRICAL_TASK, EMPIRICAL_TRAIN, EMPIRICAL_USER, FORWARD_FAST, MAX_TASK_SAMPLES, MAX_TASK_SEQ_LEN,
@@ -213,13 +214,23 @@ def _seed(value, what: str) -> int:
     return seed
 
 
-def train_sample(detail: dict) -> DataSet:
-    """The training sample S of a recorded training run, regenerated (:func:`training_sample_of`)."""
+TRAINING_BLOCK = 4096
+"""Examples per block when the training sample S is generated again for a certify or verify run."""
+
+
+def train_sample(detail: dict) -> SampleStream:
+    """The training sample S of a recorded training run, generated again block by block from its seed
+    (:func:`specbound.tasks.training_blocks`; the examples of :func:`specbound.tasks.training_sample_of`): a
+    :class:`SampleStream`, so S is never held whole, whatever n."""
     task, n = checked_task(detail.get("task"), detail.get("n"))
     seed = _seed(detail.get("data_seed"), "data seed")
-    tokens, labels = training_sample_of(task, n, seed)
-    return dataset_from_arrays(labels, tokens=tokens,
-                               source=f"training sample S of task {task.name} (data seed {seed}, n {n})")
+    source = f"training sample S of task {task.name} (data seed {seed}, n {n})"
+
+    def reader():
+        for tokens, labels in training_blocks(task, n, seed, TRAINING_BLOCK):
+            yield dataset_from_arrays(labels, tokens=tokens, source=source)
+
+    return SampleStream(reader, source)
 
 
 def task_sample(task: dict, n: int, seed: int) -> DataSet:

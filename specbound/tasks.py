@@ -165,6 +165,21 @@ def training_sample_of(task: Task, n: int, data_seed: int) -> tuple[np.ndarray, 
     return task.sample(int(n), np.random.default_rng(np.random.SeedSequence([int(data_seed), TRAINING_STREAM])))
 
 
+def training_blocks(task: Task, n: int, data_seed: int, block: int):
+    """The training sample S of :func:`training_sample_of`, generated again as consecutive blocks of
+    ``block`` examples (an even number): ``(tokens, labels)`` per block, never the whole sample at once.
+    The same examples, bit for bit: a task draws its symbols with one ``rng.integers`` call per sample,
+    and numpy's bounded integers of a range below 2^32 consume the generator in 32-bit halves of 64-bit
+    words, so consecutive draws of ``block * (seq_len - 1)`` values (an even count) continue exactly where
+    one draw of the whole would (tests/specbound/test_tasks.py compares them)."""
+    if block <= 0 or block % 2:
+        raise ValueError("block must be a positive even number")
+    n = int(n)
+    rng = np.random.default_rng(np.random.SeedSequence([int(data_seed), TRAINING_STREAM]))
+    for a in range(0, n, block):
+        yield task.sample(min(block, n - a), rng)
+
+
 def sparse_majority(seq_len: int = 17, k: int = 3, seed: int = 0) -> Task:
     """Majority of ``k`` (odd) hidden bits among ``seq_len - 1``; positions drawn from ``seed``."""
     return Task("sparse_majority", "majority", seq_len, _hidden_positions(seq_len, k, seed))

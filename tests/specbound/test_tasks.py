@@ -8,7 +8,7 @@ import pytest
 from specbound.errors import SpecboundError
 from specbound.tasks import (
     CLS, ENUMERABLE_LIMIT, TASKS, Task, get_task, sparse_majority, sparse_parity, symbol_majority,
-    training_sample_of,
+    training_blocks, training_sample_of,
 )
 
 
@@ -156,3 +156,20 @@ def test_training_sample_is_a_function_of_the_data_seed():
     assert not np.array_equal(a[0], training_sample_of(task, 100, 8)[0])
     # the training stream is not the plain default_rng(seed) stream of fresh task samples
     assert not np.array_equal(a[0], task.sample(100, np.random.default_rng(7))[0])
+
+
+@pytest.mark.parametrize("task", [symbol_majority(), sparse_majority(), sparse_parity(),
+                                  symbol_majority(seq_len=8), sparse_parity(seq_len=6, k=3)],
+                         ids=lambda t: f"{t.name}-T{t.seq_len}")
+@pytest.mark.parametrize("n,block", [(10_000, 4096), (9_999, 4096), (777, 2), (5, 4096)])
+def test_the_training_sample_generated_in_blocks_is_the_one_drawn_whole(task, n, block):
+    whole = training_sample_of(task, n, 31)
+    parts = list(training_blocks(task, n, 31, block))
+    assert [len(p[1]) for p in parts] == [min(block, n - a) for a in range(0, n, block)]
+    for i in range(2):
+        assert np.array_equal(np.concatenate([p[i] for p in parts]), whole[i])
+
+
+def test_training_blocks_must_be_even():
+    with pytest.raises(ValueError):
+        next(training_blocks(symbol_majority(), 10, 1, 3))
