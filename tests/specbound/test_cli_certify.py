@@ -205,7 +205,8 @@ def test_certify_on_the_training_sample_when_the_record_asks_for_it(capsys, tmp_
     source, data, n = resolve(weights, ckpt, None, n=None, empirical=None, samples=None, seed=None)
     tokens, labels = training_sample(cfg)
     assert source.kind == "train" and source.certified and n == 24 == data.n
-    assert np.array_equal(data.tokens, tokens) and np.array_equal(data.labels, labels)
+    whole = data.materialize()  # S is generated again block by block (a SampleStream), never held whole
+    assert np.array_equal(whole.tokens, tokens) and np.array_equal(whole.labels, labels)
     other, _ = training_sample(replace(cfg, data_seed=6))
     assert not np.array_equal(data.tokens, other)
     assert resolve(weights, ckpt, None, n=None, empirical=None, samples=10, seed=None)[0].kind == "task"
