@@ -142,18 +142,21 @@ def float_margins_k(f: np.ndarray, labels: np.ndarray) -> np.ndarray:
         return f[rows, y] - others.max(axis=1)
 
 
-def _interval_runner(weights, data: DataSet, embedding, table=None, lazy: bool = False, refine: float | None = None):
+def _interval_runner(weights, data: DataSet, embedding, table=None, lazy: bool = False, refine: float | None = None,
+                     cache: dict | None = None):
     """``indices -> (lower, upper)`` of the outputs by the per-sample pass (shape (m,) for one read-out
     vector, (m, k) for k rows); NotApplicable if it does not
     cover the model (when ``lazy``, raised by the first call, which also prepares the network).
     ``table``: the token table of all of ``data`` (:func:`~specbound.certified.fast_forward.token_table`);
-    ``refine``: the adjoint refinement's relative width goal (:func:`~specbound.certified.interval_adjoint.refined_pass`; None: off)."""
-    state: dict = {}
+    ``refine``: the adjoint refinement's relative width goal (:func:`~specbound.certified.interval_adjoint.refined_pass`; None: off);
+    ``cache``: a dict shared by the runners of blocks of one sample (the prepared pass is made once)."""
+    state: dict = {} if cache is None else cache
+    key = ("interval", refine)  # the prepared pass depends on the weights and the goal only
 
     def prepared():
-        if "ip" not in state:
-            state["ip"] = interval_prepare(weights) if refine is None else refined_pass(weights, refine)
-        return state["ip"]
+        if key not in state:
+            state[key] = interval_prepare(weights) if refine is None else refined_pass(weights, refine)
+        return state[key]
 
     def run(idx):
         ip, idx = prepared(), np.asarray(idx, dtype=np.int64)
@@ -170,14 +173,16 @@ def _interval_runner(weights, data: DataSet, embedding, table=None, lazy: bool =
 
 
 def held_fast_pass(weights: AnalysisWeights, data: DataSet, embedding=None, method: str = FORWARD_FAST,
-                   *, tokens_table: tuple | None = None) -> FastPass:
+                   *, tokens_table: tuple | None = None, cache: dict | None = None) -> FastPass:
     """The fast forward pass of ``weights`` over ``data``: the a-priori pass where it covers the model and
     its epsilon is small (:data:`APRIORI_RELATIVE_LIMIT`; the per-sample pass then redoes only samples near
     a breakpoint), else the per-sample pass on every sample (``method="interval"`` forces that);
     NotApplicable when neither covers the model or input.  ``data`` is held in memory (a stream is passed
     block by block by :func:`specbound.certified.stream_pass.stream_fast_pass`).  ``tokens_table``: the
     :func:`~specbound.certified.fast_forward.token_table` ``(rows, delta0, R0)`` to use (it must cover every
-    (position, token) pair of ``data``; None: built from ``data``)."""
+    (position, token) pair of ``data``; None: built from ``data``); ``cache``: a dict shared by the calls on the
+    blocks of one sample with one table (the prepared passes and their error bounds, made once: they depend
+    on the weights, the table and T only)."""
     _inputs_of(data, weights, embedding)  # the same input checks as the Arb pass
     fast = rows = table = None
     if data.inputs is None:  # one table of (position, token) rows for both passes
@@ -189,20 +194,26 @@ def held_fast_pass(weights: AnalysisWeights, data: DataSet, embedding=None, meth
         rows, delta0, R0 = tokens_table
         table = (rows, delta0)
     if method != FORWARD_INTERVAL:
-        try:
-            if data.inputs is not None:
-                fast = prepare_rows(weights, data.inputs.shape[1])
-            else:
-                check_float_environment()
-                net = FastNetwork.from_weights(weights)
-                fast = FastForward(net, error_budget(net, data.tokens.shape[1], delta0, R0))
-        except NotApplicable:
-            fast = None
+        if cache is not None and "a-priori" in cache:
+            fast = cache["a-priori"]
+            check_float_environment()  # the mode could have changed since the pass was prepared
+        else:
+            try:
+                if data.inputs is not None:
+                    fast = prepare_rows(weights, data.inputs.shape[1])
+                else:
+                    check_float_environment()
+                    net = FastNetwork.from_weights(weights)
+                    fast = FastForward(net, error_budget(net, data.tokens.shape[1], delta0, R0))
+            except NotApplicable:
+                fast = None
+            if cache is not None:
+                cache["a-priori"] = fast
     if fast is not None and fast.epsilon <= APRIORI_RELATIVE_LIMIT * float(np.linalg.norm(fast.net.readout)):
-        refine = _interval_runner(weights, data, embedding, table, lazy=True, refine=STRADDLER_REFINE)
+        refine = _interval_runner(weights, data, embedding, table, lazy=True, refine=STRADDLER_REFINE, cache=cache)
     else:
         try:
-            refine = _interval_runner(weights, data, embedding, table)
+            refine = _interval_runner(weights, data, embedding, table, cache=cache)
         except NotApplicable:
             if fast is None:
                 raise
@@ -211,7 +222,7 @@ def held_fast_pass(weights: AnalysisWeights, data: DataSet, embedding=None, meth
             lo, hi = refine(np.arange(int(data.labels.shape[0])))
             with np.errstate(invalid="ignore", over="ignore"):
                 f = np.where(np.isfinite(lo) & np.isfinite(hi), lo / 2 + hi / 2, np.nan)
-            refined = _interval_runner(weights, data, embedding, table, lazy=True, refine=STRADDLER_REFINE)
+            refined = _interval_runner(weights, data, embedding, table, lazy=True, refine=STRADDLER_REFINE, cache=cache)
             return FastPass(f, None, lo, hi, refine=refined)
     f = (margins_of_rows(fast, data.inputs) if data.inputs is not None
          else margins_of_tokens(fast, rows, np.asarray(data.tokens)))

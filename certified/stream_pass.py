@@ -62,8 +62,9 @@ def stream_fast_pass(weights: AnalysisWeights, stream: SampleStream, embedding=N
     f, lower, upper = [], [], []
     epsilon = None
     kinds = set()
+    cache: dict = {}  # the prepared passes, made on the first block and reused (same weights, table, T)
     for _, block in stream.blocks():
-        part = held_fast_pass(weights, block, embedding, method, tokens_table=table)
+        part = held_fast_pass(weights, block, embedding, method, tokens_table=table, cache=cache)
         kinds.add(part.method)
         if part.epsilon is not None:
             if epsilon is not None and (part.epsilon.mid() != epsilon.mid() or part.epsilon.rad() != epsilon.rad()):
@@ -82,7 +83,7 @@ def stream_fast_pass(weights: AnalysisWeights, stream: SampleStream, embedding=N
         idx = np.asarray(indices, dtype=np.int64)
         order = np.argsort(idx, kind="stable")
         rows = stream.take(idx[order])
-        lo, hi = _interval_runner(weights, rows, embedding, pair, lazy=True, refine=STRADDLER_REFINE)(
+        lo, hi = _interval_runner(weights, rows, embedding, pair, lazy=True, refine=STRADDLER_REFINE, cache=cache)(
             np.arange(idx.size))
         out_lo, out_hi = np.empty_like(lo), np.empty_like(hi)
         out_lo[order], out_hi[order] = lo, hi
