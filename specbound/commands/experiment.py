@@ -102,6 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sc.add_argument("--depths", type=_ints, default=(1, 2, 4), help="comma-separated depths (default 1,2,4)")
     sc.add_argument("--widths", type=_ints, default=(16, 32, 64), help="comma-separated widths (default 16,32,64)")
     _training_arguments(sc, steps=400, layers=False)
+    sc.add_argument("--head-dim-rule", default="half", choices=("half", "full"),
+                    help="head dimension of every grid model: half = N/(2H) (default, the first study's), "
+                         "full = N/H (the conventional shape)")
     sc.add_argument("--n-test", type=int, default=10_000, help="fresh test samples per model (default 10000)")
     sc.add_argument("--delta", type=float, default=0.05)
     sc.add_argument("--bound", default="numeric", choices=("numeric", "certified"),
@@ -255,7 +258,7 @@ def _run_scaling(args: argparse.Namespace) -> int:
     check_folder(args.cache, "--cache")
     config = ScalingConfig(depths=args.depths, widths=args.widths, heads=args.heads or 2,
                            base=_train_config(args, 1, max(args.widths)), n_test=args.n_test,
-                           delta=args.delta, bound=args.bound)
+                           delta=args.delta, bound=args.bound, head_dim_rule=args.head_dim_rule)
     say = _say(not args.json)
     study = scaling_study(config, progress=say, cache=args.cache)
     # everything is computed; now write, only where asked

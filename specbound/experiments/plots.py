@@ -37,7 +37,8 @@ def scaling_plots(study: dict, folder: str | Path) -> list[Path]:
     depths = sorted({r["L"] for r in rows})
     widths = sorted({r["N"] for r in rows})
     at = {(r["L"], r["N"]): r for r in rows}
-    styles = {"paper_ours": "o-", "paper_edelman": "s--", "complexity_ss": "^-", "bound": "v:"}
+    styles = {"paper_ours": "o-", "paper_edelman": "s--", "complexity_ss": "^-", "bound": "v:",
+              "rademacher_estimate": "D-.", "occam_estimate": "P-"}
     paths = []
     for name, outer, inner, xlabel in (("bound_vs_depth.png", widths, depths, "depth L"),
                                        ("bound_vs_width.png", depths, widths, "width N")):
@@ -49,7 +50,7 @@ def scaling_plots(study: dict, folder: str | Path) -> list[Path]:
                 xs, ys, bad = [], [], []
                 for i in inner:
                     r = at.get((o, i) if xlabel == "width N" else (i, o))
-                    if r is not None and _quantity(r, key) > 0:
+                    if r is not None and _quantity(r, key) > 0:  # NaN (no estimate recorded) is skipped
                         xs.append(i)
                         ys.append(_quantity(r, key))
                         if not trained(r):
@@ -75,7 +76,7 @@ def scaling_plots(study: dict, folder: str | Path) -> list[Path]:
                     labels.append(lab)
         fig.legend(handles, labels, fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
         note = "; circled: not trained, left out of the fits" if untrained_seen else ""
-        fig.suptitle(f"Proxies (not bounds) and our numeric bound vs {xlabel}{note}", y=1.03)
+        fig.suptitle(f"Proxies and float estimates (not bounds), our numeric bound vs {xlabel}{note}", y=1.03)
         fig.tight_layout()
         path = folder / name
         _save_figure(fig, path)

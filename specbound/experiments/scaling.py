@@ -49,13 +49,18 @@ def fit_exponents(depths: Sequence[float], widths: Sequence[float], values: Sequ
     return out
 
 
+HEAD_DIM_RULES = {"half": 2, "full": 1}
+"""How the grid sets the head dimension: ``head_dim = N // (divisor * H)`` (half: N / (2H); full: N / H)."""
+
+
 @dataclass(frozen=True)
 class ScalingConfig:
     """The depth/width grid of :func:`scaling_study`.
 
     Every model uses ``base`` (task, optimiser, steps, regulariser, seeds) with ``num_layers = L``,
-    ``width = N``, ``num_heads = heads``, ``head_dim = N // (2 heads)`` and ``ff_dim = 2 N`` (the
-    embedded default's proportions).  The bound sample is the training sample (``n = n_train``).
+    ``width = N``, ``num_heads = heads``, ``ff_dim = 2 N`` and ``head_dim = N // (2 heads)``
+    (``head_dim_rule="half"``, the proportions of the first study) or ``N // heads`` (``"full"``: d_h = N / H,
+    the conventional shape).  The bound sample is the training sample (``n = n_train``).
     ``bound="numeric"`` evaluates the fast float bound (``specbound.numeric.bound``, uncertified,
     empirical term from float64 margins); ``"certified"`` runs the certified pipeline per model
     (slow for wide/deep models: the certified forward pass dominates).
@@ -69,8 +74,12 @@ class ScalingConfig:
     test_seed: int = TEST_SEED
     delta: float = 0.05
     bound: str = "numeric"
+    head_dim_rule: str = "half"
 
     def __post_init__(self) -> None:
+        if self.head_dim_rule not in HEAD_DIM_RULES:
+            raise ExperimentError(f"scaling: head_dim_rule must be one of {', '.join(HEAD_DIM_RULES)}, "
+                                  f"got {self.head_dim_rule!r}")
         if not self.depths or not self.widths or min(self.depths) < 1 or min(self.widths) < 1:
             raise ExperimentError("scaling: depths and widths must be non-empty lists of positive integers")
         if self.bound not in ("numeric", "certified"):
@@ -79,8 +88,9 @@ class ScalingConfig:
             raise ExperimentError(f"scaling: every width must be >= 2 * heads = {2 * self.heads}")
 
     def train_config(self, depth: int, width: int) -> TrainConfig:
+        per = HEAD_DIM_RULES[self.head_dim_rule] * self.heads
         return replace(self.base, num_layers=int(depth), width=int(width), num_heads=self.heads,
-                       head_dim=max(1, int(width) // (2 * self.heads)), ff_dim=2 * int(width))
+                       head_dim=max(1, int(width) // per), ff_dim=2 * int(width))
 
 
 def numeric_bound(model, tokens: np.ndarray, labels: np.ndarray, *, delta: float = 0.05):
@@ -91,6 +101,14 @@ def numeric_bound(model, tokens: np.ndarray, labels: np.ndarray, *, delta: float
     weights = weights_of(model)
     settings = BoundSettings(n=int(len(labels)), delta=delta)
     return weights, evaluate_bound(weights, settings, margins=float_margins(model, tokens, labels))
+
+
+def route_estimates(model, tokens: np.ndarray, labels: np.ndarray, *, delta: float = 0.05) -> dict:
+    """Both routes' float estimates (:class:`specbound.estimate.Estimator`, uncertified; each route at
+    delta/2, as certify runs them) at n = the sample size, for the float margins of the sample."""
+    from specbound.estimate import Estimator
+
+    return Estimator(weights_of(model), float_margins(model, tokens, labels), delta=delta).at(int(len(labels))).row()
 
 
 def _numeric_row(nb) -> dict:
@@ -120,6 +138,7 @@ def scaling_row(config: ScalingConfig, depth: int, width: int, progress=None) ->
         "test": observed.as_dict(), "n": int(len(s_labels)),
         **proxies_of(weights),
         "numeric": _numeric_row(nb),
+        "estimates": route_estimates(model, s_tokens, s_labels, delta=config.delta),
     }
     if config.bound == "certified":
         say(f"L={depth} N={width}: certified bound on the training sample")
@@ -157,6 +176,8 @@ QUANTITIES = {
     "paper_edelman": "Edelman-style proxy",
     "complexity_ss": "our 2*SS (single scale, numeric)",
     "bound": "our bound (numeric)",
+    "rademacher_estimate": "Rademacher route (float estimate, delta/2)",
+    "occam_estimate": "Occam route (float estimate, delta/2)",
 }
 
 
@@ -168,6 +189,8 @@ def trained(row: dict) -> bool:
 def _quantity(row: dict, key: str) -> float:
     if key in ("paper_ours", "paper_edelman"):
         return row[key]
+    if key.endswith("_estimate"):
+        return row.get("estimates", {}).get(key, float("nan"))  # rows cached before the estimates: left out
     return row["numeric"][key]
 
 
@@ -176,7 +199,7 @@ def _cached_row(config: ScalingConfig, depth: int, width: int, cache, progress) 
     if cache is None:
         return scaling_row(config, depth, width, progress)
 
-    key = {"train": asdict(config.train_config(depth, width)), "n_test": config.n_test,
+    key = {"train": asdict(config.train_config(depth, width)), "n_test": config.n_test,  # names d_h and d_ff
            "test_seed": config.test_seed, "delta": config.delta, "bound": config.bound}
     path = Path(cache) / f"L{depth}_N{width}.json"
     if path.is_file():

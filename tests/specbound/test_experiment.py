@@ -280,6 +280,7 @@ def test_scaling_study_on_a_tiny_grid_writes_table_exponents_and_plots(tmp_path)
     assert len(study["rows"]) == 4
     for row in study["rows"]:
         assert row["numeric"]["bound"] >= row["test"]["lower"]
+        assert row["estimates"]["occam_estimate"] > 0 and row["estimates"]["rademacher_estimate"] > 0
     text = scaling_markdown(study, ["figures/bound_vs_depth.png"])
     assert text.count("\n| ") >= 4 + 4 and "Edelman" in text
     paths = scaling_plots(study, tmp_path)
@@ -313,6 +314,8 @@ def test_exponents_are_fitted_over_the_trained_models_only(monkeypatch):
         return {"L": L, "N": N, "parameters": L * N, "train_accuracy": 1.0 if trained else 0.5,
                 "test": {"errors": 0, "n": 100, "lower": 0.0, "upper": 0.03},
                 "paper_ours": value, "paper_edelman": value, "numeric": numeric,
+                "estimates": {"occam_estimate": 0.5 * L ** 2 * N ** 0.75 if trained else 7.0,
+                              "rademacher_estimate": value},
                 "certified": {"value": 2.25, "vacuous": True}}
 
     monkeypatch.setattr(scaling, "_cached_row", fake_row)
@@ -321,8 +324,21 @@ def test_exponents_are_fitted_over_the_trained_models_only(monkeypatch):
     e = study["exponents"]["complexity_ss"]
     assert e["points"] == 8
     assert e["a_L"] == pytest.approx(0.5, abs=1e-9) and e["b_N"] == pytest.approx(1.25, abs=1e-9)
+    occam = study["exponents"]["occam_estimate"]  # both routes' estimates get their exponents
+    assert occam["points"] == 8 and occam["a_L"] == pytest.approx(2.0, abs=1e-9)
+    assert occam["b_N"] == pytest.approx(0.75, abs=1e-9)
     text = scaling_markdown(study)
     assert text.count("0.5000 *not trained*") == 1 and "| certified |" in text and "2.25 (vacuous)" in text
+    assert "Occam route (float estimate, delta/2)" in text and "| Occam est. |" in text
+
+
+@pytest.mark.parametrize("rule,head_dim", [("half", 8), ("full", 16)])
+def test_the_grid_head_dimension_follows_its_rule(rule, head_dim):
+    cfg = ScalingConfig(depths=(1,), widths=(32,), heads=2, head_dim_rule=rule)
+    tc = cfg.train_config(1, 32)
+    assert tc.head_dim == head_dim and tc.ff_dim == 64
+    with pytest.raises(Exception, match="head_dim_rule"):
+        ScalingConfig(head_dim_rule="third")
 
 
 # --------------------------------------------------------------------------- what the commands say and write
