@@ -38,7 +38,7 @@ def scaling_plots(study: dict, folder: str | Path) -> list[Path]:
     widths = sorted({r["N"] for r in rows})
     at = {(r["L"], r["N"]): r for r in rows}
     styles = {"paper_ours": "o-", "paper_edelman": "s--", "complexity_ss": "^-", "bound": "v:",
-              "rademacher_estimate": "D-.", "occam_estimate": "P-"}
+              "rademacher_estimate": "D-.", "occam_estimate": "P-", "occam_H": "X--"}
     paths = []
     for name, outer, inner, xlabel in (("bound_vs_depth.png", widths, depths, "depth L"),
                                        ("bound_vs_width.png", depths, widths, "width N")):

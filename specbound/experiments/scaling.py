@@ -178,6 +178,7 @@ QUANTITIES = {
     "bound": "our bound (numeric)",
     "rademacher_estimate": "Rademacher route (float estimate, delta/2)",
     "occam_estimate": "Occam route (float estimate, delta/2)",
+    "occam_H": "Occam route's entropy H (nats; what n must outgrow)",
 }
 
 
@@ -189,7 +190,7 @@ def trained(row: dict) -> bool:
 def _quantity(row: dict, key: str) -> float:
     if key in ("paper_ours", "paper_edelman"):
         return row[key]
-    if key.endswith("_estimate"):
+    if key.endswith("_estimate") or key == "occam_H":
         return row.get("estimates", {}).get(key, float("nan"))  # rows cached before the estimates: left out
     return row["numeric"][key]
 

@@ -315,7 +315,7 @@ def test_exponents_are_fitted_over_the_trained_models_only(monkeypatch):
                 "test": {"errors": 0, "n": 100, "lower": 0.0, "upper": 0.03},
                 "paper_ours": value, "paper_edelman": value, "numeric": numeric,
                 "estimates": {"occam_estimate": 0.5 * L ** 2 * N ** 0.75 if trained else 7.0,
-                              "rademacher_estimate": value},
+                              "rademacher_estimate": value, "occam_H": 9.0 * L * N ** 2},
                 "certified": {"value": 2.25, "vacuous": True}}
 
     monkeypatch.setattr(scaling, "_cached_row", fake_row)
@@ -327,6 +327,7 @@ def test_exponents_are_fitted_over_the_trained_models_only(monkeypatch):
     occam = study["exponents"]["occam_estimate"]  # both routes' estimates get their exponents
     assert occam["points"] == 8 and occam["a_L"] == pytest.approx(2.0, abs=1e-9)
     assert occam["b_N"] == pytest.approx(0.75, abs=1e-9)
+    assert study["exponents"]["occam_H"]["b_N"] == pytest.approx(2.0, abs=1e-9)
     text = scaling_markdown(study)
     assert text.count("0.5000 *not trained*") == 1 and "| certified |" in text and "2.25 (vacuous)" in text
     assert "Occam route (float estimate, delta/2)" in text and "| Occam est. |" in text
