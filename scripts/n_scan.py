@@ -102,8 +102,9 @@ def figure(rows: list[dict], out: Path) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("n (training examples = S)")
-    ax.set_ylabel("bound on the 0-1 risk (routes: certified; held-out: CP limit of a float count)")
-    ax.set_title("each point its own model and S; n fixed in advance")
+    ax.set_ylabel("upper bound on the 0-1 risk")
+    ax.set_title("routes: certified bounds; held-out: CP limit of a float test count\n"
+                 "each point its own model and S; n fixed in advance", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     tmp = out.with_suffix(".tmp.png")
