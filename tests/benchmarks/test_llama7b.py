@@ -95,3 +95,16 @@ def test_runner_measures_plain_and_certify_on_a_small_checkpoint(tmp_path):
     runs = json.loads(out.read_text())["runs"]["safetensors"]
     assert runs["plain"]["svd_count"]["V_tilde"] == 2 * 2 and runs["plain"]["svd_count"]["D"] == 2
     assert runs["certify"]["methods"] == ["gram-eig"] and runs["certify"]["cpu_ratio"] > 0
+
+
+def test_plain_run_on_some_layers_extrapolates_to_all_of_them(tmp_path):
+    import bench_llama7b
+
+    llama7b.write(tmp_path, SMALL, ("safetensors",), verbose=False)
+    out = tmp_path / "report.json"
+    assert bench_llama7b.main(["--checkpoint-dir", str(tmp_path), "--layers", "2", "--formats", "safetensors",
+                               "--what", "plain", "--plain-layers", "1", "--json", str(out)]) == 0
+    p = json.loads(out.read_text())["runs"]["safetensors"]["plain"]
+    assert p["svd_count"]["D"] == 1 and p["layers_done"] == 1 and p["layer_scale"] == 2.0
+    start_up = p["cpu_s"] - p["work_cpu_s"]
+    assert p["extrapolated_cpu_s"] == start_up + 2 * p["work_cpu_s"]
