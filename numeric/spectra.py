@@ -8,11 +8,16 @@ singular values with LAPACK, a few matrices at a time so that peak memory stays 
 one ``torch.linalg.svdvals`` call (split only when a group would exceed a memory budget).  The
 helpers below accept the arrays of either backend.
 
-Factored matrices (QK = W_Q W_K^T, V_tilde = W_V W_O) are first multiplied out in float64.  Their
-exact rank is at most the head dimension ``r``; the ``min(m, n) - r`` trailing singular values of
-the float64 product are rounding noise of size about ``eps * sigma_1`` (not zeros).  This mirrors
-the companion code of the paper, which takes the SVD of the dense product; the certified layer uses
-the factored structure instead and knows those values are exactly 0.
+Factored matrices (QK = W_Q W_K^T, V_tilde = W_V W_O) have exact rank at most their inner (head)
+dimension ``r``.  Their singular values are taken one of two ways (``products``, :data:`PRODUCTS`):
+``"dense"`` multiplies them out in float64 and takes the SVD of the product, whose ``min(m, n) - r``
+trailing values are rounding noise of size about ``eps * sigma_1`` (not zeros).  This mirrors the
+companion code of the paper, whose proxies are defined on that computation (at small Schatten
+exponents the noise tail counts), so the proxies use it.  ``"factored"`` (what ``spectra`` uses)
+takes ``R_L`` and ``R_R`` from QR factorisations of the left factor and of the right factor's
+transpose and the SVD of the small core ``R_L R_R^T``: the same leading values up to rounding (both
+routes are backward stable with errors of order ``eps ||L|| ||R||``), exact zeros beyond ``r``, and
+O(m r^2) work instead of O(m n min(m, n)).  The entry norms are taken from the dense product either way.
 
 Precision.  ``dtype=torch.float64`` (default) is what the proxies and every comparison use.
 ``dtype=torch.float32`` runs the SVD on the float64 matrix rounded to float32; by Weyl's inequality
@@ -45,6 +50,10 @@ DEFAULT_BATCH_BYTES = 1 << 30
 NUMPY_BATCH_BYTES = 1 << 22
 """Largest float64 stack of dense matrices formed at once by the numpy backend (4 MiB): LAPACK
 loops over a stack anyway, so small chunks cost no time and keep peak memory near one matrix."""
+
+PRODUCTS = ("dense", "factored")
+"""How the singular values of a factored matrix are taken (module note): the SVD of the float64
+product, or of the r x r core of its factors (used only where ``r < min(m, n)``; else dense)."""
 
 SCHATTEN_BLOCK_ELEMENTS = 1 << 18
 """Entries of the (rows, K, P) table of powers :func:`schatten_powers` forms at once (2 MiB)."""
@@ -119,21 +128,50 @@ def _groups(matrices: Sequence[NamedMatrix]) -> dict[tuple[int, int, int], list[
     return groups
 
 
+def _check_products(products: str) -> None:
+    if products not in PRODUCTS:
+        raise ValueError(f"products must be one of {', '.join(PRODUCTS)}, got {products!r}")
+
+
+def _uses_core(matrix: NamedMatrix, products: str) -> bool:
+    """Whether ``matrix``'s singular values come from its factors' core (``r < min(m, n)``)."""
+    return products == "factored" and matrix.is_factored and int(matrix.left.shape[1]) < min(matrix.shape)
+
+
+def _core_values(chunk: Sequence[NamedMatrix], dtype: str) -> np.ndarray:
+    """(B, r) singular values of the factored matrices ``chunk`` (same shapes, inner dimension
+    ``r < min(m, n)``) from the cores ``R_L R_R^T`` of ``L = Q_L R_L`` and ``R^T = Q_R R_R``: ``L R =
+    Q_L (R_L R_R^T) Q_R^T`` with orthonormal columns in ``Q_L``, ``Q_R``, so the nonzero singular
+    values of ``L R`` are those of the r x r core; a score scale multiplies them."""
+    rl = np.linalg.qr(_stacked([c.left for c in chunk]), mode="r")
+    rr = np.linalg.qr(np.swapaxes(_stacked([c.right for c in chunk]), -1, -2), mode="r")
+    core = rl @ np.swapaxes(rr, -1, -2)
+    values = np.linalg.svd(core if dtype == "float64" else core.astype(dtype), compute_uv=False)
+    values = np.asarray(values, dtype=np.float64)
+    if any(c.scale_sq != 1 for c in chunk):  # a score scale not folded into the factors (float path)
+        values = values * np.array([c.scale for c in chunk], dtype=np.float64)[:, None]
+    return values
+
+
 def compute_spectra_numpy(
     weights: AnalysisWeights | Sequence[NamedMatrix],
     *,
     dtype: str = "float64",
     progress=None,
     max_batch_bytes: int = NUMPY_BATCH_BYTES,
+    products: str = "dense",
 ) -> Spectra:
     """:func:`compute_spectra` with numpy on the CPU (no torch): the same values, numpy arrays.
 
     Each dense float64 matrix (factored ones multiplied out) goes through LAPACK's
     ``np.linalg.svd(..., compute_uv=False)``; ``dtype="float32"`` runs the SVD on the float64
-    matrix rounded to float32 (module note).  Norms come from the float64 entries.
+    matrix rounded to float32 (module note).  With ``products="factored"`` a factored matrix of inner
+    dimension ``r < min(m, n)`` takes its values from its factors' r x r core instead (module note;
+    values beyond ``r`` exactly 0).  Norms come from the float64 entries.
     """
     if dtype not in ("float64", "float32"):
         raise ValueError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+    _check_products(products)
     matrices = _as_matrices(weights)
     count = len(matrices)
     width = max((min(m.shape) for m in matrices), default=0)
@@ -146,8 +184,12 @@ def compute_spectra_numpy(
         k = min(m, n)
         for start in range(0, len(members), step):
             idx = members[start : start + step]
-            dense = _dense_chunk([matrices[j] for j in idx])
-            if k:
+            chunk = [matrices[j] for j in idx]
+            dense = _dense_chunk(chunk)
+            if k and _uses_core(chunk[0], products):
+                core = _core_values(chunk, dtype)
+                values[idx, : core.shape[1]] = core
+            elif k:
                 values[idx, :k] = np.linalg.svd(dense if dtype == "float64" else dense.astype(dtype),
                                                 compute_uv=False)
             frob[idx], n21[idx], n11[idx] = _entry_norms(dense)
@@ -197,14 +239,18 @@ def compute_spectra(
     device="cpu",
     progress=None,
     max_batch_bytes: int = DEFAULT_BATCH_BYTES,
+    products: str = "dense",
 ) -> Spectra:
     """Singular values and entry norms of all matrices with torch, one ``svdvals`` call per shape group.
 
     ``dtype``: ``torch.float64`` (None) or ``torch.float32``.  ``progress`` (optional) gets
     ``advance(k)`` after each batch of ``k`` matrices.  The result is float64 on ``device`` whatever
-    ``dtype`` the SVD ran in (see the module note on float32).
+    ``dtype`` the SVD ran in (see the module note on float32).  ``products``: as in
+    :func:`compute_spectra_numpy`.
     """
     import torch
+
+    _check_products(products)
 
     dtype = torch.float64 if dtype is None else dtype
     if dtype not in (torch.float64, torch.float32):
@@ -223,10 +269,14 @@ def compute_spectra(
         step = max(1, max_batch_bytes // per_matrix)
         for start in range(0, len(members), step):
             idx = members[start : start + step]
-            dense = _dense_stack([matrices[j] for j in idx], device)
+            chunk = [matrices[j] for j in idx]
+            dense = _dense_stack(chunk, device)
             where = torch.tensor(idx, device=device)
             k = min(m, n)
-            if k:
+            if k and _uses_core(chunk[0], products):
+                sig = _core_values_torch(chunk, dtype, device)
+                values[where, : sig.shape[1]] = sig
+            elif k:
                 sig = torch.linalg.svdvals(dense.to(dtype)).to(torch.float64)
                 values[where, :k] = sig
             frob[where] = torch.linalg.matrix_norm(dense, ord="fro")
@@ -238,6 +288,20 @@ def compute_spectra(
 
     counts = torch.tensor([min(m.shape) for m in matrices], dtype=torch.int64, device=device)
     return Spectra(matrices, values, counts, frob, n21, n11)
+
+
+def _core_values_torch(chunk: Sequence[NamedMatrix], dtype, device) -> "torch.Tensor":
+    """:func:`_core_values` with torch on ``device`` (float64 result)."""
+    import torch
+
+    left = torch.stack([torch.as_tensor(np.asarray(c.left), dtype=torch.float64) for c in chunk]).to(device)
+    right = torch.stack([torch.as_tensor(np.asarray(c.right), dtype=torch.float64) for c in chunk]).to(device)
+    rl = torch.linalg.qr(left, mode="r").R
+    rr = torch.linalg.qr(right.transpose(-1, -2), mode="r").R
+    sig = torch.linalg.svdvals((rl @ rr.transpose(-1, -2)).to(dtype)).to(torch.float64)
+    if any(c.scale_sq != 1 for c in chunk):
+        sig = sig * torch.tensor([c.scale for c in chunk], dtype=torch.float64, device=device)[:, None]
+    return sig
 
 
 def numerical_rank(values, counts):
@@ -356,14 +420,17 @@ def norm_summaries(spectra: Spectra) -> tuple[NormSummary, ...]:
     return tuple(out)
 
 
-def spectra_on(weights, *, device: str = "cpu", dtype: str = "float64", progress=None) -> Spectra:
+def spectra_on(weights, *, device: str = "cpu", dtype: str = "float64", progress=None,
+               products: str = "dense") -> Spectra:
     """The spectra of ``weights`` as the commands compute them: numpy for ``device="cpu"`` (torch is
-    not imported), torch on any other device (checked by :func:`resolve_device`)."""
+    not imported), torch on any other device (checked by :func:`resolve_device`); ``products`` as in
+    :func:`compute_spectra_numpy` (``spectra``: "factored"; ``proxies``: "dense")."""
     if str(device) == "cpu":
-        return compute_spectra_numpy(weights, dtype=dtype, progress=progress)
+        return compute_spectra_numpy(weights, dtype=dtype, progress=progress, products=products)
     import torch
 
-    return compute_spectra(weights, dtype=getattr(torch, dtype), device=resolve_device(device), progress=progress)
+    return compute_spectra(weights, dtype=getattr(torch, dtype), device=resolve_device(device), progress=progress,
+                           products=products)
 
 
 def resolve_device(name):

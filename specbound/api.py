@@ -145,6 +145,7 @@ class SpectraResult:
     weights: AnalysisWeights = field(repr=False)  #: the structure (matrix values not held)
     spectra: Spectra = field(repr=False)
     summaries: tuple[NormSummary, ...] = field(repr=False)
+    products: str = "factored"  #: how factored matrices' values were taken (numeric.spectra.PRODUCTS)
 
     def rows(self) -> list[dict[str, Any]]:
         """One dict per matrix (:func:`specbound.frames.spectra_rows`)."""
@@ -157,7 +158,7 @@ class SpectraResult:
             for j, row in enumerate(rows):
                 row["singular_values"] = self.spectra.sigma(j).tolist()
         w = self.weights
-        return {"checkpoint": self.checkpoint, "dtype": self.dtype,
+        return {"checkpoint": self.checkpoint, "dtype": self.dtype, "products": self.products,
                 "view": self.view, "layout": w.layout, "variant": w.variant,
                 "num_layers": w.num_layers, "num_heads": w.num_heads, "width": w.width,
                 "matrices": rows}
@@ -184,16 +185,20 @@ def spectra(
     scheduler: str | None = None,
     engine: Engine | None = None,
     show_progress: bool = False,
+    products: str = "factored",
 ) -> SpectraResult:
     """Singular values of every covered matrix of ``model`` (in ``view``), as ``specbound spectra``
     computes them (:func:`weights_and_spectra`).  ``weights`` of the result is the model's structure
-    (its matrices' values are not held; :func:`load_weights` reads them)."""
+    (its matrices' values are not held; :func:`load_weights` reads them).  ``products``: a factored
+    matrix's values from its factors' core ("factored", exact zeros beyond the inner dimension) or
+    from the SVD of its float64 product ("dense", as ``proxies`` takes them;
+    :mod:`specbound.numeric.spectra`)."""
     from .numeric.spectra import norm_summaries
 
     weights, values = weights_and_spectra(model, view=view, num_heads=num_heads, dtype=dtype, device=device,
                                           workers=workers, scheduler=scheduler, engine=engine,
-                                          show_progress=show_progress)
-    return SpectraResult(_label(model), dtype, view, weights, values, tuple(norm_summaries(values)))
+                                          show_progress=show_progress, products=products)
+    return SpectraResult(_label(model), dtype, view, weights, values, tuple(norm_summaries(values)), products)
 
 
 def weights_and_spectra(
@@ -207,6 +212,7 @@ def weights_and_spectra(
     scheduler: str | None = None,
     engine: Any = None,
     show_progress: bool = False,
+    products: str = "dense",
 ) -> tuple[AnalysisWeights, Any]:
     """(the structure of ``model`` in ``view``, the float Spectra of its covered matrices): the one
     path of ``spectra`` and ``proxies``, command and API alike.
@@ -222,6 +228,8 @@ def weights_and_spectra(
 
     if dtype not in ("float64", "float32"):
         raise SpecboundError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
+    if products not in ("dense", "factored"):
+        raise SpecboundError(f"products must be 'dense' or 'factored', got {products!r}")
     dev = device_of(device)
     if dev != "cpu" and (scheduler is not None or (workers is not None and workers != 1)):
         raise SpecboundError(f"{option('workers')} and {option('scheduler')} compute on the workers' CPUs: "
@@ -232,7 +240,8 @@ def weights_and_spectra(
         task_source = source_of(source, num_heads=num_heads, view=view, sha256=weights.sha256)
         with progress_bar(len(weights.matrices), "singular values", enabled=show_progress,
                           unit="matrices") as bar:
-            return weights, spectra_of(eng, task_source, weights, dtype=dtype, device=dev, progress=bar)
+            return weights, spectra_of(eng, task_source, weights, dtype=dtype, device=dev, progress=bar,
+                                       products=products)
 
 
 def device_of(name: str):

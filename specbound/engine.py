@@ -459,12 +459,13 @@ def enclose_task(source: Source, layer: int, indices: tuple[int, ...], tensors: 
 
 
 def spectra_task(source: Source, layer: int | None, indices: tuple[int, ...], dtype: str,
-                 device="cpu", tensors: frozenset[str] | None = None) -> tuple:
-    """Float singular values and norms of the matrices ``indices`` (as ``spectra`` computes them),
-    read from ``tensors`` as :func:`enclose_task` does."""
+                 device="cpu", tensors: frozenset[str] | None = None, products: str = "dense") -> tuple:
+    """Float singular values and norms of the matrices ``indices`` (as ``spectra`` / ``proxies``
+    compute them: ``products`` of :func:`specbound.numeric.spectra.compute_spectra_numpy`), read from
+    ``tensors`` as :func:`enclose_task` does."""
     from .numeric.spectra import spectra_on
 
-    s = spectra_on(_built(_weights(source, layer, tensors), indices), dtype=dtype, device=device)
+    s = spectra_on(_built(_weights(source, layer, tensors), indices), dtype=dtype, device=device, products=products)
     return (s.values, s.counts, s.frobenius, s.norm_21, s.norm_11)
 
 
@@ -551,7 +552,8 @@ def enclose_on(engine: Engine, source: Source, weights, progress=None) -> tuple[
     return out, replace(weights, matrices=tuple(mats))
 
 
-def spectra_of(engine: Engine, source: Source, weights, dtype: str = "float64", device="cpu", progress=None):
+def spectra_of(engine: Engine, source: Source, weights, dtype: str = "float64", device="cpu", progress=None,
+               products: str = "dense"):
     """The :class:`specbound.numeric.spectra.Spectra` of ``weights`` computed by ``engine``'s tasks:
     one per layer and kind on the CPU (one task's tensors held at a time), one of the whole model on a torch
     ``device`` (batched by shape across layers; the values stay on the device)."""
@@ -561,12 +563,13 @@ def spectra_of(engine: Engine, source: Source, weights, dtype: str = "float64", 
 
     count = len(weights.matrices)
     if str(device) != "cpu":
-        (parts,) = engine.map(spectra_task, [(source, None, tuple(range(count)), dtype, device)],
+        (parts,) = engine.map(spectra_task, [(source, None, tuple(range(count)), dtype, device, None, products)],
                               weights=[count], progress=progress)
         return Spectra(tuple(weights.matrices), *parts)
     tasks = tasks_of(weights)
     reads = task_tensors(source, weights, tasks)
-    parts = engine.map(spectra_task, [(source, layer, idx, dtype, "cpu", r) for (layer, idx), r in zip(tasks, reads)],
+    parts = engine.map(spectra_task, [(source, layer, idx, dtype, "cpu", r, products)
+                                      for (layer, idx), r in zip(tasks, reads)],
                        weights=[len(idx) for _, idx in tasks], progress=progress)
     width = max((min(m.shape) for m in weights.matrices), default=0)
     values = np.zeros((count, width), dtype=np.float64)

@@ -31,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu (default: numpy, no torch) or a torch device (cuda)")
     parser.add_argument("--dtype", choices=("float64", "float32"), default="float64",
                         help="SVD precision (float32: |error| <= 1e-5 * sigma_1, see numeric.spectra)")
+    parser.add_argument("--dense-products", action="store_true",
+                        help="take a factored matrix's singular values from the SVD of its float64 product, "
+                             "as proxies does (slower; the values beyond its inner dimension are then rounding "
+                             "noise, not 0); default: from the r x r core of its factors")
     from specbound.engine import add_engine_arguments
 
     add_engine_arguments(parser)
@@ -43,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
     check_destinations(args)
     result = spectra(args.checkpoint, view=args.view, num_heads=args.num_heads, dtype=args.dtype,
-                     device=args.device, show_progress=should_show(args.json), **engine_options(args))
+                     device=args.device, show_progress=should_show(args.json),
+                     products="dense" if args.dense_products else "factored", **engine_options(args))
     summaries = result.summaries
 
     written = []
@@ -63,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.table import Table
 
-    table = Table(title=f"Norm summary ({args.dtype}, uncertified): {args.checkpoint}")
+    table = Table(title=f"Norm summary ({args.dtype}, {result.products} products, uncertified): {args.checkpoint}")
     for col in ("matrix", "shape", "spectral", "Frobenius", "nuclear", "(2,1)", "(1,1)", "num. rank",
                 "stable rank"):
         table.add_column(col, justify="left" if col in ("matrix", "shape") else "right")

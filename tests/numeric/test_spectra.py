@@ -202,3 +202,59 @@ def test_numpy_backend_honours_a_left_over_score_scale():
         ref = np.linalg.svd(m.dense(), compute_uv=False)
         assert np.allclose(a.sigma(j), ref, rtol=0, atol=1e-13 * max(ref[0], 1e-300))
         assert np.allclose(a.sigma(j), b.sigma(j), rtol=0, atol=1e-13 * max(ref[0], 1e-300))
+
+
+def _exact_singular_values(m: NamedMatrix, digits: int = 40) -> list:
+    """Singular values of the exact product (factors read as exact rationals) by mpmath, to ``digits``."""
+    import mpmath
+
+    with mpmath.workdps(digits):
+        left = mpmath.matrix(m.left.tolist())
+        dense = left if not m.is_factored else left * mpmath.matrix(m.right.tolist())
+        s = mpmath.svd_r(dense, compute_uv=False)
+        c = mpmath.sqrt(mpmath.mpf(m.scale_sq.numerator) / m.scale_sq.denominator)
+        return sorted((float(c * s[i]) for i in range(len(s))), reverse=True)
+
+
+@pytest.mark.parametrize("scale_sq", [1, "1/3"])
+def test_factored_route_gives_the_exact_values_and_zeros_beyond_the_inner_dimension(scale_sq):
+    # the core R_L R_R^T of a rank-r product has its r nonzero singular values: compared with a
+    # 40-digit SVD of the exact product (mpmath), and exactly 0 where the exact values are 0 (the dense
+    # route leaves rounding noise there); dense matrices and the norms are those of the dense route
+    from dataclasses import replace
+    from fractions import Fraction
+
+    mats = [replace(m, scale_sq=Fraction(scale_sq)) for m in mixed_matrices(seed=11)]
+    dense, core = sp.compute_spectra_numpy(mats), sp.compute_spectra_numpy(mats, products="factored")
+    for j, m in enumerate(mats):
+        exact = np.array(_exact_singular_values(m))
+        top = max(exact[0], 1e-300)
+        assert np.allclose(core.sigma(j), exact, rtol=0, atol=1e-13 * top)
+        if m.is_factored:
+            r = m.left.shape[1]
+            assert (core.sigma(j)[r:] == 0).all() and (dense.sigma(j)[r:] > 0).any()
+        else:
+            assert np.array_equal(core.sigma(j), dense.sigma(j))
+    for name in ("frobenius", "norm_21", "norm_11"):
+        assert np.array_equal(getattr(core, name), getattr(dense, name))
+    assert numerical_rank(core.values, core.counts).tolist() == numerical_rank(dense.values, dense.counts).tolist()
+
+
+def test_factored_route_is_the_same_in_numpy_and_torch_and_refuses_other_names():
+    mats = mixed_matrices(seed=13)
+    a, b = sp.compute_spectra_numpy(mats, products="factored"), compute_spectra(mats, products="factored")
+    for j in range(len(mats)):
+        ref = b.sigma(j)
+        assert np.allclose(a.sigma(j), ref, rtol=0, atol=1e-13 * max(ref[0], 1e-300))
+    with pytest.raises(ValueError, match="products must be"):
+        sp.compute_spectra_numpy(mats, products="cores")
+    with pytest.raises(ValueError, match="products must be"):
+        compute_spectra(mats, products="cores")
+
+
+def test_a_factored_matrix_of_full_inner_dimension_takes_the_dense_route():
+    # r >= min(m, n): the core is no smaller than the matrix, so the dense SVD is kept (bit for bit)
+    rng = np.random.default_rng(2)
+    mats = [NamedMatrix(0, 0, "QK", rng.normal(size=(6, 8)), rng.normal(size=(8, 7)))]
+    assert np.array_equal(sp.compute_spectra_numpy(mats, products="factored").values,
+                          sp.compute_spectra_numpy(mats).values)

@@ -90,6 +90,21 @@ def test_spectra_json_csv_report(capsys, bert_dir, tmp_path):
     assert (tmp_path / "spectral_decay.png").exists()
 
 
+def test_spectra_takes_factored_values_from_the_cores_unless_asked_for_dense_products(capsys, bert_dir):
+    # a QK matrix of head dimension 8 in width 32: 8 values from its core and 24 exact zeros by default;
+    # --dense-products gives the SVD of the float64 product (rounding noise beyond 8), as proxies takes it
+    docs = {}
+    for flag in ((), ("--dense-products",)):
+        code, out, err = run_cli(capsys, "spectra", bert_dir, "--json", "--values", *flag)
+        assert code == 0 and err == ""
+        docs[flag] = json.loads(out)
+    core, dense = docs[()], docs[("--dense-products",)]
+    assert core["products"] == "factored" and dense["products"] == "dense"
+    a, b = core["matrices"][0]["singular_values"], dense["matrices"][0]["singular_values"]
+    assert a[8:] == [0.0] * 24 and any(v > 0 for v in b[8:])
+    assert max(abs(x - y) for x, y in zip(a[:8], b[:8])) <= 1e-13 * b[0]
+
+
 def test_spectra_table(capsys, bert_dir):
     code, out, _ = run_cli(capsys, "spectra", bert_dir, "--dtype", "float32")
     assert code == 0 and "L1.M_out" in out and "float32" in out
