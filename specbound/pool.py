@@ -83,6 +83,7 @@ def _worker_init(parent: int) -> None:
 def terminate(pool: ProcessPoolExecutor) -> None:
     """Kill the pool's workers and release it without waiting for their tasks."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)  # shutdown() forgets it
     for proc in processes:
         try:
             proc.terminate()
@@ -94,6 +95,13 @@ def terminate(pool: ProcessPoolExecutor) -> None:
             proc.join(timeout=5)
         except (OSError, ValueError, AttributeError, AssertionError):
             pass
+    # The executor's manager thread closes its wake-up pipe as it ends; if that races with the
+    # interpreter's exit hook of concurrent.futures (which writes to the same pipe without a lock
+    # before Python 3.12), the hook prints "Exception ignored ... Bad file descriptor" with a
+    # traceback.  Once the thread has ended the pipe is marked closed and the hook skips it.  (Its
+    # workers are gone, so it ends at once.)
+    if manager is not None:
+        manager.join(timeout=5)
 
 
 __all__ = ["start", "terminate"]
