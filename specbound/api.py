@@ -228,8 +228,10 @@ def weights_and_spectra(
 
     if dtype not in ("float64", "float32"):
         raise SpecboundError(f"dtype must be 'float64' or 'float32', got {dtype!r}")
-    if products not in ("dense", "factored"):
-        raise SpecboundError(f"products must be 'dense' or 'factored', got {products!r}")
+    from .numeric.spectra import PRODUCTS
+
+    if products not in PRODUCTS:
+        raise SpecboundError(f"products must be one of {', '.join(PRODUCTS)}, got {products!r}")
     dev = device_of(device)
     if dev != "cpu" and (scheduler is not None or (workers is not None and workers != 1)):
         raise SpecboundError(f"{option('workers')} and {option('scheduler')} compute on the workers' CPUs: "
