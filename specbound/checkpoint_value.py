@@ -58,11 +58,12 @@ class Checkpoint:
             raise LayoutError(f"{self.path}: missing tensor '{name}'")
         return self.shapes[name]
 
-    def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
-        """Exact float64 copy of tensor ``name``.
+    def tensor(self, name: str, shape: tuple[int, ...] | None = None, *, transposed: bool = False) -> np.ndarray:
+        """Exact float64 copy of tensor ``name`` (C order); ``transposed``: of its transpose (a 2-D
+        tensor), converted and transposed in one copy.
 
         Guarantees: the tensor exists, has a floating dtype (:data:`FLOAT_DTYPES`), has exactly
-        ``shape`` when one is given (rank included), and every entry is finite.
+        ``shape`` as stored when one is given (rank included), and every entry is finite.
         """
         got = self.shape(name)
         if shape is not None and tuple(got) != tuple(shape):
@@ -77,8 +78,12 @@ class Checkpoint:
                 f"{', '.join(sorted(FLOAT_DTYPES))}"
             )
         assert self._fetch is not None
-        array = np.array(self._fetch(name), dtype=np.float64, copy=True, order="C")
-        if array.shape != tuple(got):  # pragma: no cover - a container lying about its header
+        stored = self._fetch(name)
+        if transposed and getattr(stored, "ndim", 0) != 2:
+            raise LayoutError(f"{self.path}: tensor '{name}' is not a matrix, cannot be read transposed")
+        # One strided pass converts and transposes (faster than a copy and then a transposed copy).
+        array = np.array(stored.T if transposed else stored, dtype=np.float64, copy=True, order="C")
+        if array.shape != (tuple(got)[::-1] if transposed else tuple(got)):  # pragma: no cover - a container lying about its header
             raise CheckpointError(f"{self.path}: tensor '{name}' is corrupt (shape mismatch)")
         if not np.isfinite(array).all():
             bad = int(array.size - np.count_nonzero(np.isfinite(array)))

@@ -60,9 +60,9 @@ class PartialCheckpoint(Checkpoint):
         layer = layer_of_name(name)
         return layer is None or layer in self.keep or name in self.also
 
-    def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
+    def tensor(self, name: str, shape: tuple[int, ...] | None = None, *, transposed: bool = False) -> np.ndarray:
         if self.reads(name):
-            return super().tensor(name, shape)
+            return super().tensor(name, shape, transposed=transposed)
         got = self.shape(name)
         if shape is not None and tuple(got) != tuple(shape):
             raise LayoutError(f"{self.path}: tensor '{name}' has shape {fmt_shape(got)}, "
@@ -75,7 +75,7 @@ class PartialCheckpoint(Checkpoint):
         stub = placeholder(got)
         if self.traced is not None:
             self.traced[placeholder_id(stub)] = (name, stub)
-        return stub
+        return stub.T if transposed else stub
 
     def sha256(self) -> str:
         return self.digest or super().sha256()

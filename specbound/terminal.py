@@ -26,3 +26,16 @@ def console():
     if not out.is_terminal:
         out = _Console(highlight=False, width=160)
     return out
+
+
+def print_table(out, table) -> None:
+    """Print a :class:`specbound.table.Table` on the console ``out``: its plain lines written directly
+    where rich would print exactly those (no colours, plain strings that fit), else through rich."""
+    from .table import plain_lines
+
+    lines = plain_lines(table, out.width) if out.color_system is None and not out.is_jupyter else None
+    if lines is None:
+        out.print(table.to_rich())
+        return
+    out.file.write("\n".join(lines) + "\n")
+    out.file.flush()

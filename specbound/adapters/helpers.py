@@ -268,9 +268,11 @@ class Reads:
         self.ckpt = ckpt
         self.used: dict[str, str] = {}
 
-    def tensor(self, name: str, shape: tuple[int, ...] | None, as_what: str) -> np.ndarray:
-        """Exact float64 copy of ``name`` (see :meth:`Checkpoint.tensor`), recorded as ``as_what``."""
-        array = self.ckpt.tensor(name, shape)
+    def tensor(self, name: str, shape: tuple[int, ...] | None, as_what: str, *,
+               transposed: bool = False) -> np.ndarray:
+        """Exact float64 copy of ``name`` (or of its transpose; see :meth:`Checkpoint.tensor`),
+        recorded as ``as_what``."""
+        array = self.ckpt.tensor(name, shape, transposed=transposed)
         self.used[name] = as_what
         return array
 
@@ -307,7 +309,7 @@ def side_by_side(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def linear(reads: Reads, name: str, out_dim: int, in_dim: int, as_what: str) -> np.ndarray:
     """Row-vector matrix (in x out) of a ``torch.nn.Linear`` weight stored (out, in)."""
-    return contiguous(reads.tensor(name, (out_dim, in_dim), as_what).T)
+    return reads.tensor(name, (out_dim, in_dim), as_what, transposed=True)
 
 
 def conv1d(reads: Reads, name: str, in_dim: int, out_dim: int, as_what: str) -> np.ndarray:

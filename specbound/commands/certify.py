@@ -170,6 +170,7 @@ def print_result(result: Certification, detail: str = DEFAULT, explain: bool = F
     ``before_last``: lines printed just before the repeated headline (e.g. the cross-check's summary).
     Text lines are never wrapped (a terminal wraps them itself; a file or pipe gets whole lines)."""
     from specbound.commands.proxies import console
+    from specbound.terminal import print_table
     from specbound.scope import pretrained_note, scope_lines
 
     b = result.bound
@@ -194,7 +195,7 @@ def print_result(result: Certification, detail: str = DEFAULT, explain: bool = F
         for note in b.notes.values():
             say(f"note: {note}")
         full = detail == VERBOSE or len(b.matrices) <= ROWS_IN_FULL
-        out.print(_matrix_table(b) if full else _kind_table(b))
+        print_table(out, _matrix_table(b) if full else _kind_table(b))
         if not full:
             say(f"{len(b.matrices)} matrices, one row per kind; --verbose prints one row per matrix")
         sec = result.seconds
@@ -244,14 +245,12 @@ def _print_parts(say, result) -> None:
 
 
 def _table(b, title: str, columns: list[str], occam_columns: list[str]):
-    """An empty rich table with ``columns`` (and the Occam route's when it was evaluated), the kind
+    """An empty table with ``columns`` (and the Occam route's when it was evaluated), the kind
     column left-aligned and every number right-aligned."""
-    from rich.table import Table
+    from specbound.table import Table
 
-    table = Table(title=title)
-    for col in columns + (occam_columns if b.occam is not None else []):
-        table.add_column(col, justify="left" if col == "kind" else "right")
-    return table
+    columns = columns + (occam_columns if b.occam is not None else [])
+    return Table(title, columns, ["left" if col == "kind" else "right" for col in columns])
 
 
 def _readout_row(table, b, count: str) -> None:

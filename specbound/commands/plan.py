@@ -118,9 +118,9 @@ def _n(row: dict) -> str:
 
 def render(result) -> None:
     """The plan as a table (one row per target) under its assumptions."""
-    from rich.table import Table
-
     from specbound.commands.proxies import console
+    from specbound.table import Table
+    from specbound.terminal import print_table
     from specbound.planning import PLAN_ROUTES
 
     out = console()
@@ -130,17 +130,15 @@ def render(result) -> None:
     say("ESTIMATES, NOT BOUNDS -- they assume:")
     for line in result.assumptions:
         say(f"  - {line}")
-    table = Table(title=f"n at which the float estimate reaches the target ('not reached': not by n = "
-                        f"{_count(result.max_n)})")
-    table.add_column("target", justify="right")
-    for head in ("Occam route", "Rademacher route", "smaller (what certify reports)"):
-        table.add_column(head, justify="right")
+    table = Table(f"n at which the float estimate reaches the target ('not reached': not by n = "
+                  f"{_count(result.max_n)})",
+                  ["target", "Occam route", "Rademacher route", "smaller (what certify reports)"], ["right"] * 4)
     targets = sorted({r["target"] for r in result.rows}, reverse=True)
     for t in targets:
         cells = [_n(next(r for r in result.rows if r["target"] == t and r["route"] == route))
                  for route in PLAN_ROUTES]
         table.add_row(f"{t:g}", *cells)
-    out.print(table)
+    print_table(out, table)
     for t in targets:
         occ = next(r for r in result.rows if r["target"] == t and r["route"] == PLAN_ROUTES[0])
         if occ["n"] is not None:

@@ -85,18 +85,19 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(proxy.to_dict(), indent=2) + "\n")
         return 0
 
-    from rich.table import Table
+    from specbound.table import Table
+    from specbound.terminal import print_table
 
     out = console()
-    table = Table(title=f"Paper proxies (docs/design.md section 6): {args.checkpoint}")
-    for col in ("layer", "head", "kind", "spectral", "(2,1)", "num. rank", "p_opt", "contribution",
-                "gamma", "alpha", "scale"):
-        table.add_column(col, justify="left" if col == "kind" else "right")
+    columns = ["layer", "head", "kind", "spectral", "(2,1)", "num. rank", "p_opt", "contribution", "gamma", "alpha",
+               "scale"]
+    table = Table(f"Paper proxies (docs/design.md section 6): {args.checkpoint}", columns,
+                  ["left" if col == "kind" else "right" for col in columns])
     for r in result.matrices:
         table.add_row(str(r.layer), "-" if r.head < 0 else str(r.head), r.kind, _fmt(r.spectral),
                       _fmt(r.norm_21), str(r.numerical_rank), f"{r.p_opt:.4g}", _fmt(r.contribution),
                       _fmt(r.gamma), _fmt(r.alpha), _fmt(r.scale))
-    out.print(table)
+    print_table(out, table)
     # soft_wrap: whole lines in a file or pipe (a terminal wraps them itself)
     out.print(f"L = {result.num_layers}, N = {result.width}, grid P_m with m = {result.m} "
               f"({len(result.grid)} points)", soft_wrap=True)

@@ -66,16 +66,16 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(result.to_dict(values=args.values), indent=2) + "\n")
         return 0
 
-    from rich.table import Table
+    from specbound.table import Table
+    from specbound.terminal import print_table
 
-    table = Table(title=f"Norm summary ({args.dtype}, {result.products} products, uncertified): {args.checkpoint}")
-    for col in ("matrix", "shape", "spectral", "Frobenius", "nuclear", "(2,1)", "(1,1)", "num. rank",
-                "stable rank"):
-        table.add_column(col, justify="left" if col in ("matrix", "shape") else "right")
+    columns = ["matrix", "shape", "spectral", "Frobenius", "nuclear", "(2,1)", "(1,1)", "num. rank", "stable rank"]
+    table = Table(f"Norm summary ({args.dtype}, {result.products} products, uncertified): {args.checkpoint}",
+                  columns, ["left" if col in ("matrix", "shape") else "right" for col in columns])
     for s in summaries:
         table.add_row(s.name, f"{s.rows}x{s.cols}", f"{s.spectral:.6g}", f"{s.frobenius:.6g}",
                       f"{s.nuclear:.6g}", f"{s.norm_21:.6g}", f"{s.norm_11:.6g}", str(s.numerical_rank),
                       f"{s.stable_rank:.4g}")
-    console().print(table)
+    print_table(console(), table)
     say_written(written)
     return 0

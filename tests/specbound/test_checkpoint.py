@@ -18,6 +18,7 @@ from safetensors.numpy import save_file as save_safetensors_np
 from safetensors.torch import save_file as save_safetensors_torch
 
 from specbound.checkpoint import file_sha256, open_checkpoint, read_metadata, read_tensors
+from specbound.errors import LayoutError
 
 CONTAINERS = ("safetensors", "pt", "pth", "bin", "npz", "hf-safetensors", "hf-bin")
 
@@ -129,6 +130,30 @@ class TestRoundTrip:
         first = ckpt.tensor("b")
         first[:] = 0.0
         assert not np.array_equal(ckpt.tensor("b"), first)
+
+    @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+    def test_a_transposed_read_is_the_exact_transpose_in_c_order(self, tmp_path, dtype):
+        src = _random_tensors(11, dtype)
+        path = write_checkpoint(tmp_path / "ck", src, "safetensors")
+        ckpt = open_checkpoint(path)
+        got = ckpt.tensor("a.weight", (5, 3), transposed=True)
+        assert got.shape == (3, 5) and got.flags.c_contiguous and got.dtype == np.float64
+        np.testing.assert_array_equal(got, src["a.weight"].astype(np.float64).T)
+        with pytest.raises(LayoutError, match="not a matrix"):
+            ckpt.tensor("c.deep", transposed=True)
+
+    def test_a_partial_build_transposes_its_placeholders_too(self, tmp_path):
+        from specbound.adapters.helpers import is_placeholder
+        from specbound.partial import PartialCheckpoint
+
+        name = "encoder.layer.3.attention.self.query.weight"  # a tensor of layer 3, which is not kept
+        path = write_checkpoint(tmp_path / "ck", {name: np.ones((5, 3), np.float32)}, "safetensors")
+        ckpt = open_checkpoint(path)
+        fields = {f: getattr(ckpt, f) for f in ("path", "source", "container", "shapes", "dtypes", "metadata",
+                                                 "config", "config_path", "_fetch", "quantization", "_digest")}
+        partial = PartialCheckpoint(**fields, keep=frozenset())
+        stub = partial.tensor(name, (5, 3), transposed=True)
+        assert is_placeholder(stub) and stub.shape == (3, 5)
 
     def test_nested_state_dicts_are_flattened_with_dots(self, tmp_path):
         src = _random_tensors(7)

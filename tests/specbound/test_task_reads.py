@@ -78,8 +78,8 @@ class TaskReads:
         self.current: dict | None = None
         real_tensor, real_dequantize = Checkpoint.tensor, gguf_file.dequantize
 
-        def tensor(ckpt, name, shape=None):
-            out = real_tensor(ckpt, name, shape)
+        def tensor(ckpt, name, shape=None, **kw):
+            out = real_tensor(ckpt, name, shape, **kw)
             if self.current is not None:
                 self.current["tensors"].append(name)
                 self.current["bytes"] += out.nbytes
