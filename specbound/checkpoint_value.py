@@ -58,13 +58,10 @@ class Checkpoint:
             raise LayoutError(f"{self.path}: missing tensor '{name}'")
         return self.shapes[name]
 
-    def tensor(self, name: str, shape: tuple[int, ...] | None = None, *, transposed: bool = False) -> np.ndarray:
-        """Exact float64 copy of tensor ``name`` (C order); ``transposed``: of its transpose (a 2-D
-        tensor), converted and transposed in one copy.
-
-        Guarantees: the tensor exists, has a floating dtype (:data:`FLOAT_DTYPES`), has exactly
-        ``shape`` as stored when one is given (rank included), and every entry is finite.
-        """
+    def checked_shape(self, name: str, shape: tuple[int, ...] | None = None, *,
+                      transposed: bool = False) -> tuple[int, ...]:
+        """The stored shape of ``name``, after the header-only checks of :meth:`tensor`: the tensor
+        exists, has ``shape`` when one is given, a floating dtype, and two axes when read ``transposed``."""
         got = self.shape(name)
         if shape is not None and tuple(got) != tuple(shape):
             raise LayoutError(
@@ -77,13 +74,23 @@ class Checkpoint:
                 f"{self.path}: tensor '{name}' has dtype {dtype}, expected one of "
                 f"{', '.join(sorted(FLOAT_DTYPES))}"
             )
+        if transposed and len(got) != 2:
+            raise LayoutError(f"{self.path}: tensor '{name}' is not a matrix, cannot be read transposed")
+        return tuple(got)
+
+    def tensor(self, name: str, shape: tuple[int, ...] | None = None, *, transposed: bool = False) -> np.ndarray:
+        """Exact float64 copy of tensor ``name`` (C order); ``transposed``: of its transpose (a 2-D
+        tensor), converted and transposed in one copy.
+
+        Guarantees: the tensor exists, has a floating dtype (:data:`FLOAT_DTYPES`), has exactly
+        ``shape`` as stored when one is given (rank included), and every entry is finite.
+        """
+        got = self.checked_shape(name, shape, transposed=transposed)
         assert self._fetch is not None
         stored = self._fetch(name)
-        if transposed and getattr(stored, "ndim", 0) != 2:
-            raise LayoutError(f"{self.path}: tensor '{name}' is not a matrix, cannot be read transposed")
         # One strided pass converts and transposes (faster than a copy and then a transposed copy).
         array = np.array(stored.T if transposed else stored, dtype=np.float64, copy=True, order="C")
-        if array.shape != (tuple(got)[::-1] if transposed else tuple(got)):  # pragma: no cover - a container lying about its header
+        if array.shape != (got[::-1] if transposed else got):  # pragma: no cover - a container lying about its header
             raise CheckpointError(f"{self.path}: tensor '{name}' is corrupt (shape mismatch)")
         if not np.isfinite(array).all():
             bad = int(array.size - np.count_nonzero(np.isfinite(array)))

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .checkpoint_value import FLOAT_DTYPES, Checkpoint, fmt_shape
-from .errors import LayoutError
+from .checkpoint_value import Checkpoint
 
 _LAYER_OF_NAME = re.compile(r"(?:^|\.)(\d+)\.")
 """The layer index in a tensor name: the first dotted integer (``h.3.``, ``model.layers.3.``,
@@ -63,13 +62,7 @@ class PartialCheckpoint(Checkpoint):
     def tensor(self, name: str, shape: tuple[int, ...] | None = None, *, transposed: bool = False) -> np.ndarray:
         if self.reads(name):
             return super().tensor(name, shape, transposed=transposed)
-        got = self.shape(name)
-        if shape is not None and tuple(got) != tuple(shape):
-            raise LayoutError(f"{self.path}: tensor '{name}' has shape {fmt_shape(got)}, "
-                              f"expected {fmt_shape(shape)}")
-        if self.dtypes[name] not in FLOAT_DTYPES:
-            raise LayoutError(f"{self.path}: tensor '{name}' has dtype {self.dtypes[name]}, expected one of "
-                              f"{', '.join(sorted(FLOAT_DTYPES))}")
+        got = self.checked_shape(name, shape, transposed=transposed)
         from .adapters.helpers import placeholder
 
         stub = placeholder(got)

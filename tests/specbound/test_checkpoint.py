@@ -143,15 +143,16 @@ class TestRoundTrip:
             ckpt.tensor("c.deep", transposed=True)
 
     def test_a_partial_build_transposes_its_placeholders_too(self, tmp_path):
+        from dataclasses import fields
+
         from specbound.adapters.helpers import is_placeholder
+        from specbound.checkpoint_value import Checkpoint
         from specbound.partial import PartialCheckpoint
 
         name = "encoder.layer.3.attention.self.query.weight"  # a tensor of layer 3, which is not kept
         path = write_checkpoint(tmp_path / "ck", {name: np.ones((5, 3), np.float32)}, "safetensors")
         ckpt = open_checkpoint(path)
-        fields = {f: getattr(ckpt, f) for f in ("path", "source", "container", "shapes", "dtypes", "metadata",
-                                                 "config", "config_path", "_fetch", "quantization", "_digest")}
-        partial = PartialCheckpoint(**fields, keep=frozenset())
+        partial = PartialCheckpoint(**{f.name: getattr(ckpt, f.name) for f in fields(Checkpoint)}, keep=frozenset())
         stub = partial.tensor(name, (5, 3), transposed=True)
         assert is_placeholder(stub) and stub.shape == (3, 5)
 
