@@ -68,9 +68,13 @@ def _gamma(n: int) -> arb:
 
 
 def _horner(x: np.ndarray, coeffs: tuple[float, ...]) -> np.ndarray:
-    """``fl`` Horner evaluation of ``sum_j coeffs[j] x^j``: ``p = c_n; p = fl(fl(p x) + c_j)``."""
-    p = np.full_like(x, coeffs[-1])
-    for c in coeffs[-2::-1]:
+    """``fl`` Horner evaluation of ``sum_j coeffs[j] x^j``: ``p = c_n; p = fl(fl(p x) + c_j)``.  (The first
+    product ``fl(c_n x)`` is formed directly, without filling an array with ``c_n`` first: the same value.)"""
+    if len(coeffs) == 1:
+        return np.full_like(x, coeffs[0])
+    p = np.multiply(x, coeffs[-1])
+    p += coeffs[-2]
+    for c in coeffs[-3::-1]:
         p *= x
         p += c
     return p

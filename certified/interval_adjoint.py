@@ -14,7 +14,6 @@ Public API: :func:`refined_pass`, :func:`refine`, :data:`BACKWARD_TINY`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from functools import partial
 from types import SimpleNamespace
@@ -25,7 +24,9 @@ from specbound.certified.directed import (
     add_up, div_up, down, gamma_up, mul_up, norm_up, sq_norm_up, sqrt_up, sub_down, sum_up, up,
 )
 from specbound.certified.interval_forward import IntervalPass, prepare
-from specbound.certified.interval_stages import TINY, _keymax, _to_heads, attention_stage_radius, ff_stage_radius
+from specbound.certified.interval_stages import (
+    TINY, _keymax, _to_heads, attention_stage_radius, ff_stage_radius, swap_rotation,
+)
 from specbound.certified.interval_network import IntervalLayer, IntervalNetwork
 from specbound.certified.sigmoid import derivative
 
@@ -244,12 +245,14 @@ def _att_remainder(net: IntervalNetwork, lay: IntervalLayer, st, r0, tr) -> np.n
 
 def _rotate_back(x: np.ndarray, net: IntervalNetwork, first: int) -> np.ndarray:
     """The transposed rotation on adjoint rows (B, H|G, Tr, d) at positions ``first..``: ``(ga c + gb s,
-    gb c - ga s)``."""
-    Tr, half = x.shape[2], x.shape[3] // 2
-    c = net.cos[first:first + Tr][None, None]
-    s = net.sin[first:first + Tr][None, None]
-    a, b = x[..., :half], x[..., half:]
-    return np.concatenate([a * c + b * s, b * c - a * s], axis=-1)
+    gb c - ga s)``, computed as ``x [c, c] + (gb, ga) [s, -s]`` (the same values bit for bit: negation is
+    exact and ``+`` commutes)."""
+    Tr = x.shape[2]
+    c = net.cos[first:first + Tr]
+    s = net.sin[first:first + Tr]
+    c2 = np.concatenate([c, c], axis=-1)[None, None]
+    s2 = np.concatenate([s, -s], axis=-1)[None, None]
+    return swap_rotation(x, c2, s2, x.shape[3])
 
 
 def _att_backward(net: IntervalNetwork, lay: IntervalLayer, st, ga: np.ndarray, A: np.ndarray, tr):

@@ -274,16 +274,85 @@ def _batch(ip: IntervalPass, x0: np.ndarray, delta0: np.ndarray, ok: np.ndarray 
 
 def _taped(ip: IntervalPass, x0, delta0, ok, chunk: int):
     """The pass with a tape and the refiner, ``chunk`` samples at a time; also the fraction of the samples
-    whose per-layer radius (before the refiner) missed the goal."""
-    parts, missed = [], 0
-    for a in range(0, x0.shape[0], chunk):
+    whose per-layer radius (before the refiner) missed the goal.  With several chunks the programs run
+    chunk by chunk (:func:`_chunk_tapes`), the radius formulas once on the group and the refiner on each
+    chunk's tape: the same programs and formulas, each sample's values unchanged."""
+    B = x0.shape[0]
+    if chunk < B:
+        f, rad, ok, tapes = _chunk_tapes(ip.net, x0, delta0, ok, chunk)
+    else:
         tape: list = []
-        f, rad, okc = interval_outputs(ip.net, x0[a:a + chunk], delta0[a:a + chunk], ok[a:a + chunk], tape=tape)
-        if ip.goal > 0:
-            missed += int(_missing(ip, f, rad, okc).sum())
-        parts.append((f, ip.refiner(ip.net, tape, f, rad, okc), okc))
-    f, rad, ok = (np.concatenate(z) for z in zip(*parts))
-    return f, rad, ok, (missed / max(x0.shape[0], 1) if ip.goal > 0 else 1.0)
+        f, rad, ok = interval_outputs(ip.net, x0, delta0, ok, tape=tape)
+        tapes = [(slice(0, B), tape)]
+    missed = int(_missing(ip, f, rad, ok).sum()) if ip.goal > 0 else 0
+    out = rad.copy()
+    for rows, tape in tapes:
+        out[rows] = ip.refiner(ip.net, tape, f[rows], rad[rows], ok[rows])
+    return f, out, ok, (missed / max(B, 1) if ip.goal > 0 else 1.0)
+
+
+def _chunk_tapes(net: IntervalNetwork, x0, delta0, ok, chunk: int):
+    """:func:`interval_outputs` with a tape per chunk of ``chunk`` samples: every layer's programs run chunk by
+    chunk (their arrays stay in cache), the radius formulas once on the whole group (numpy's per-call overhead
+    on the small per-row arrays amortised, as in :func:`_chunked_outputs`), and each chunk's tape then receives
+    its rows of every record the formulas wrote.  Returns ``(f, radius, ok, [(rows, tape), ...])``."""
+    B, T, N = x0.shape
+    L = net.num_layers
+    tapes = [(slice(a, min(a + chunk, B)), []) for a in range(0, B, chunk)]
+    xr, nr, inputs = [], [], []
+    for rows, tape in tapes:
+        x, okc = x0[rows], ok[rows]  # a view: the programs' overflow checks land in ok
+        nx = norm_up(x)
+        for l, lay in enumerate(net.layers):
+            _finite(okc, nx)
+            st = _layer_programs(net, lay, x, nx, l == L - 1, okc, True)
+            tape.append(st)
+            inputs.append((st, x, nx))  # set after the join (the formulas do not read the rows)
+            x = st.pp2.y
+            nx = norm_up(x)
+        tau = x.shape[1] - 1 if (net.causal and L == 0) else 0
+        xr.append(x[:, tau])
+        nr.append(nx[:, tau])
+    delta = delta0
+    for l, lay in enumerate(net.layers):
+        joined = _join([_small(tape[l]) for _, tape in tapes])
+        _layer_radii(net, lay, joined, delta, None)
+        joined.delta = delta
+        for rows, tape in tapes:
+            _copy_new_fields(joined, tape[l], rows, B)
+        delta = joined.ff.out
+    for st, x, nx in inputs:
+        st.x, st.nx = x, nx
+    tau = T - 1 if (net.causal and L == 0) else 0
+    fin: list = []
+    f, rad, ok = _readout(net, np.concatenate(xr), delta[:, tau], np.concatenate(nr), ok, None, fin)
+    for rows, tape in tapes:
+        tape.append(_rows_of(fin[0], rows, B))
+    return f, rad, ok, tapes
+
+
+def _rows_of(obj, rows: slice, B: int):
+    """The rows ``rows`` of every batch-first array in ``obj`` (first axis of length ``B``; namespaces and
+    tuples walked, anything else kept): every array of a record is batch-first, each sample computed on its
+    own rows."""
+    if isinstance(obj, np.ndarray):
+        return obj[rows] if obj.ndim and obj.shape[0] == B else obj
+    if isinstance(obj, SimpleNamespace):
+        return SimpleNamespace(**{k: _rows_of(v, rows, B) for k, v in vars(obj).items()})
+    if isinstance(obj, tuple):
+        return tuple(_rows_of(v, rows, B) for v in obj)
+    return obj
+
+
+def _copy_new_fields(joined: SimpleNamespace, rec: SimpleNamespace, rows: slice, B: int) -> None:
+    """Give a chunk's record ``rec`` its rows of every field the radius formulas added to the group's joined
+    record (the radii, and what they cached in the program records: key maxima, radius-free terms)."""
+    for name, value in vars(joined).items():
+        mine = getattr(rec, name, None)
+        if mine is None:
+            setattr(rec, name, _rows_of(value, rows, B))
+        elif isinstance(value, SimpleNamespace) and isinstance(mine, SimpleNamespace):
+            _copy_new_fields(value, mine, rows, B)
 
 
 def input_rows(rows: np.ndarray, net: IntervalNetwork) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -11,6 +11,8 @@ import math
 import mpmath
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from specbound.certified.elementary import (
     EXP_CLAMP, EXP_UNDERFLOW_ERROR, _phi_error_bound, exp_error_bound, exp_nonpositive, phi,
@@ -106,3 +108,19 @@ def test_phi_degree_reaches_its_target():
     for t_max in (0.1, 1.0, 3.0):
         n = phi_degree(t_max)
         assert float(phi_error_bound(t_max, n).upper()) < 1e-11
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-800, 800, allow_nan=False), min_size=1, max_size=40),
+       st.lists(st.floats(-10, 10, allow_nan=False), min_size=1, max_size=14))
+def test_horner_is_the_analysed_loop_bit_for_bit(xs, coeffs):
+    # the error bounds of exp and Phi analyse p = c_n; p = fl(fl(p x) + c_j); the code forms fl(c_n x) first
+    from specbound.certified.elementary import _horner
+
+    x = np.array(xs)
+    p = np.full_like(x, coeffs[-1])
+    with np.errstate(all="ignore"):
+        for c in coeffs[-2::-1]:
+            p = np.add(np.multiply(p, x), c)
+        got = _horner(x.copy(), tuple(coeffs))
+    assert ((p.view(np.int64) == got.view(np.int64)) | (np.isnan(p) & np.isnan(got))).all()

@@ -173,6 +173,31 @@ def test_programs_in_chunks_with_the_radii_on_the_whole_batch_give_each_sample_i
     _check(w, X[keep], *output_enclosures(f[keep], r[keep], ok[keep]), ok[keep], arb_too=False)
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("target", [0.0, 1e-9])
+def test_refined_chunks_with_the_radii_on_the_whole_group_equal_one_tape_per_chunk(variant, target):
+    # the refined pass on a group of 11 samples in chunks of 4 (one huge, not certified) runs the programs per
+    # chunk, the radius formulas once on the group and the refiner per chunk: every value and radius is the
+    # one a pass with one tape per chunk gives, bit for bit, and the enclosures hold
+    from specbound.certified.interval_forward import _batch, input_rows
+
+    rng = np.random.default_rng(60 + VARIANTS.index(variant))
+    w = random_weights(rng, variant=variant, activation=ACTIVATIONS[VARIANTS.index(variant) % 4], L=2, T=3,
+                       kv=1 if variant == "ls" else 0, k=2)
+    X = _inputs(rng, "random", 11, 3, w.width)
+    X[5] *= 1e300
+    ip = refined_pass(w, target)
+    x0, d0, ok0 = input_rows(X, ip.net)
+    f, r, ok = _batch(ip, x0, d0, ok0.copy(), {}, 4)
+    rows = [slice(a, min(a + 4, 11)) for a in range(0, 11, 4)]
+    per_chunk = [_batch(ip, x0[s], d0[s], ok0[s].copy(), {}, 4) for s in rows]
+    for got, want in zip((f, r, ok), zip(*per_chunk)):
+        assert np.array_equal(got, np.concatenate(want))
+    assert not ok[5] and ok.sum() == 10
+    keep = np.flatnonzero(ok)
+    _check(w, X[keep], *output_enclosures(f[keep], r[keep], ok[keep]), ok[keep], arb_too=False)
+
+
 def test_non_finite_and_huge_inputs_are_not_certified_and_go_to_arb():
     rng = np.random.default_rng(11)
     w = random_weights(rng, L=1)
