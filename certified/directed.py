@@ -18,10 +18,12 @@ Public API: :data:`UNIT_ROUNDOFF`, :data:`ETA`, :func:`up`, :func:`upn`, :func:`
 from __future__ import annotations
 
 from functools import lru_cache
+from types import SimpleNamespace
 
 import numpy as np
 from flint import arb
 
+from specbound.certified import kernels
 from specbound.certified.arb import float_lower, float_upper, pow2, precision
 
 UNIT_ROUNDOFF = 2.0**-53
@@ -36,7 +38,7 @@ _UP = 1.0 + 2.0**-52
 _ULP = 2.0**-52
 
 
-def up(x):
+def _np_up(x):
     """An upper step for any finite ``x``: ``fl(fl(x + fl(|x| 2^-52)) + eta) >= nextafter(x, +inf)``.
 
     ``|x| 2^-52`` is exact (a power-of-two scaling) or, below the normal range, within eta of it; for
@@ -50,7 +52,7 @@ def up(x):
     return y
 
 
-def down(x):
+def _np_down(x):
     """A lower step for any finite ``x`` (the mirror of :func:`up`): ``fl(fl(x - fl(|x| 2^-52)) - eta)``."""
     y = np.abs(x)
     y *= -_ULP
@@ -59,7 +61,7 @@ def down(x):
     return y
 
 
-def upn(x):
+def _np_upn(x):
     """An upper step for *nonnegative* ``x``: ``fl(fl(x (1 + 2^-52)) + eta) >= nextafter(x, +inf)``.
 
     For normal x in [2^e, 2^(e+1)) the gap above is 2^(e-52) <= x 2^-52, so the product rounds to at
@@ -70,7 +72,7 @@ def upn(x):
     return y
 
 
-def add_up(*xs):
+def _np_add_up(*xs):
     """Upper bound of ``x_1 + ... + x_k`` for nonnegative upper bounds ``x_i`` (one step per addition)."""
     if len(xs) == 1:
         return xs[0]
@@ -82,24 +84,134 @@ def add_up(*xs):
     return total
 
 
+def _np_mul_up(a, b):
+    """Upper bound of ``a b`` for nonnegative upper bounds ``a``, ``b``."""
+    return _np_upn(np.multiply(a, b))
+
+
+def _np_div_up(a, b):
+    """Upper bound of ``a / b`` for a nonnegative upper bound ``a`` and a positive lower bound ``b``."""
+    return _np_upn(np.divide(a, b))
+
+
+def _np_sub_down(a, b):
+    """Lower bound of ``a - b`` for a lower bound ``a`` and an upper bound ``b``."""
+    return _np_down(a - b)
+
+
+def _np_sqrt_up(a):
+    """Upper bound of ``sqrt(a)`` for a nonnegative upper bound ``a`` (IEEE sqrt is correctly rounded)."""
+    return _np_upn(np.sqrt(a))
+
+
+# ---------------------------------------------------------------------------- compiled steps
+#
+# The same steps as numpy ufuncs compiled by numba (specbound.certified.kernels): per entry the very operations
+# of the numpy programs above, in the same order (no fused multiply-add, no reassociation), so the same bits
+# (tests/certified/test_directed.py compares them on adversarial inputs), in one pass instead of two to four.
+# Only a choice of speed; without numba the numpy programs run.  The scalar programs below are what gets
+# compiled; the constants are binary64 facts, frozen into the compiled code (cached on disk).
+
+
+def _up1(x):
+    return (abs(x) * _ULP + x) + ETA
+
+
+def _down1(x):
+    return (abs(x) * -_ULP + x) - ETA
+
+
+def _upn1(x):
+    return x * _UP + ETA
+
+
+def _add_up2(a, b):
+    return (a + b) * _UP + ETA
+
+
+def _mul_up2(a, b):
+    return (a * b) * _UP + ETA
+
+
+def _div_up2(a, b):
+    return (a / b) * _UP + ETA
+
+
+def _sub_down2(a, b):
+    x = a - b
+    return (abs(x) * -_ULP + x) - ETA
+
+
+def _sqrt_up1(a):
+    return np.sqrt(a) * _UP + ETA
+
+
+_COMPILED = None
+
+
+def _compiled() -> SimpleNamespace:
+    """The compiled steps, built on first use (loading them costs about half a second per process)."""
+    global _COMPILED
+    if _COMPILED is None:
+        nb = kernels.numba_module()
+        def ufunc(signature):
+            def make(fn):
+                compiled = nb.vectorize([signature], cache=True)(fn)
+                return getattr(compiled, "ufunc", compiled)  # the plain numpy ufunc: numba's wrapper costs a call
+            return make
+
+        one, two = ufunc("float64(float64)"), ufunc("float64(float64, float64)")
+        _COMPILED = SimpleNamespace(up=one(_up1), down=one(_down1), upn=one(_upn1), sqrt_up=one(_sqrt_up1),
+                                    add_up=two(_add_up2), mul_up=two(_mul_up2), div_up=two(_div_up2),
+                                    sub_down=two(_sub_down2))
+    return _COMPILED
+
+
+def up(x):
+    """An upper step for any finite ``x`` (:func:`_np_up`'s program; compiled when numba is present)."""
+    return (_COMPILED or _compiled()).up(x) if kernels.AVAILABLE else _np_up(x)
+
+
+def down(x):
+    """A lower step for any finite ``x`` (:func:`_np_down`'s program)."""
+    return (_COMPILED or _compiled()).down(x) if kernels.AVAILABLE else _np_down(x)
+
+
+def upn(x):
+    """An upper step for *nonnegative* ``x`` (:func:`_np_upn`'s program)."""
+    return (_COMPILED or _compiled()).upn(x) if kernels.AVAILABLE else _np_upn(x)
+
+
+def add_up(*xs):
+    """Upper bound of ``x_1 + ... + x_k`` for nonnegative upper bounds ``x_i`` (one step per addition, left to
+    right: :func:`_np_add_up`'s program)."""
+    if not kernels.AVAILABLE:
+        return _np_add_up(*xs)
+    step = (_COMPILED or _compiled()).add_up
+    total = xs[0]
+    for x in xs[1:]:
+        total = step(total, x)
+    return total
+
+
 def mul_up(a, b):
     """Upper bound of ``a b`` for nonnegative upper bounds ``a``, ``b``."""
-    return upn(np.multiply(a, b))
+    return (_COMPILED or _compiled()).mul_up(a, b) if kernels.AVAILABLE else _np_mul_up(a, b)
 
 
 def div_up(a, b):
     """Upper bound of ``a / b`` for a nonnegative upper bound ``a`` and a positive lower bound ``b``."""
-    return upn(np.divide(a, b))
+    return (_COMPILED or _compiled()).div_up(a, b) if kernels.AVAILABLE else _np_div_up(a, b)
 
 
 def sub_down(a, b):
     """Lower bound of ``a - b`` for a lower bound ``a`` and an upper bound ``b``."""
-    return down(a - b)
+    return (_COMPILED or _compiled()).sub_down(a, b) if kernels.AVAILABLE else _np_sub_down(a, b)
 
 
 def sqrt_up(a):
     """Upper bound of ``sqrt(a)`` for a nonnegative upper bound ``a`` (IEEE sqrt is correctly rounded)."""
-    return upn(np.sqrt(a))
+    return (_COMPILED or _compiled()).sqrt_up(a) if kernels.AVAILABLE else _np_sqrt_up(a)
 
 
 def sqrt_down(a):

@@ -10,7 +10,7 @@ are computed here in Arb from the routines' own constants (proofs_notes/fast_for
 * :func:`phi`: the standard normal cdf ``Phi(t) = 1/2 + t g(t^2)`` by the Taylor series of ``g`` in
   Horner form, valid on ``|t| <= t_max`` with absolute error :func:`phi_error_bound`.
 
-Public API: :func:`exp_nonpositive`, :func:`exp_error_bound`, :func:`phi`, :func:`phi_degree`,
+Public API: :func:`exp_nonpositive`, :func:`exp_program`, :func:`exp_error_bound`, :func:`phi`, :func:`phi_degree`,
 :func:`phi_coefficients`, :func:`phi_error_bound`, :data:`EXP_CLAMP`, :data:`EXP_UNDERFLOW_ERROR`.
 """
 
@@ -22,6 +22,7 @@ from functools import lru_cache
 import numpy as np
 from flint import arb
 
+from specbound.certified import kernels
 from specbound.certified.arb import pow2, precision
 
 BOUND_PREC = 128
@@ -47,6 +48,8 @@ with precision(BOUND_PREC):
     LN2_LO = float((arb.log(arb(2)) - arb(LN2_HI)).mid())
 EXP_COEFFS = tuple(1.0 / math.factorial(j) for j in range(EXP_DEGREE + 1))
 _K_MAX = 1021  # |k| <= 1021 on [-708, 0]
+EXP_LOOP_ARGS = (np.array(EXP_COEFFS), EXP_CLAMP, INV_LN2, LN2_HI, LN2_LO)
+"""The program's constants as :mod:`specbound.certified.kernels` takes them (defined here, once)."""
 
 HORNER_UNDERFLOW_EXP = -1074
 """Each Horner step's product may underflow (a subnormal ``r``) and lose ``2**-1075``; the additions
@@ -89,7 +92,18 @@ def exp_nonpositive(z: np.ndarray) -> np.ndarray:
     Contract (proofs_notes/fast_forward.md step 1): for ``z in [-708, 0]`` the result is
     ``exp(z)(1 + theta)`` with ``|theta| <= exp_error_bound()``; for ``z < -708`` it is
     ``EXP(-708)``, within ``2**-1019`` of ``exp(z)``; ``EXP(0) = 1`` exactly.
+
+    Large arrays run the compiled loop of the same program (:mod:`specbound.certified.kernels`: the same
+    operations per entry, the same bits) when numba is present; otherwise, and for small arrays, numpy.
     """
+    z = np.asarray(z, dtype=np.float64)
+    if kernels.AVAILABLE and z.size >= kernels.MIN_SIZE:
+        return kernels.exp_nonpositive_loop(z, *EXP_LOOP_ARGS)
+    return exp_program(z)
+
+
+def exp_program(z: np.ndarray) -> np.ndarray:
+    """The numpy program of :func:`exp_nonpositive` (the one the error bound analyses), on any array size."""
     z = np.maximum(np.asarray(z, dtype=np.float64), EXP_CLAMP)  # a new array: reused below
     k = z * INV_LN2
     np.rint(k, out=k)
@@ -207,6 +221,7 @@ __all__ = (
     "EXP_UNDERFLOW_ERROR",
     "exp_error_bound",
     "exp_nonpositive",
+    "exp_program",
     "phi",
     "phi_coefficients",
     "phi_degree",

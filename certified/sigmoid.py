@@ -13,7 +13,7 @@ The routines are numpy arithmetic around :func:`specbound.certified.elementary.e
 :func:`activation_bounds` returns the constants ``(L_phi, kappa_1, kappa_2, tau)`` of every activation
 as binary64 upper bounds of exact Arb points (GELU through ``elementary.phi`` with its ``E_Phi``).
 
-Public API: :func:`sigmoid`, :func:`silu`, :func:`gelu_tanh`, :func:`sigmoid_error_bound`,
+Public API: :func:`sigmoid`, :func:`sigmoid_program`, :func:`silu`, :func:`gelu_tanh`, :func:`sigmoid_error_bound`,
 :func:`activation_bounds`, :class:`ActivationBounds`, :data:`GELU_TANH_C1`, :data:`GELU_TANH_C2`.
 """
 
@@ -29,7 +29,10 @@ from flint import arb
 
 from specbound.certified.arb import pow2, precision
 from specbound.certified.directed import float_up, gamma_arb
-from specbound.certified.elementary import exp_error_bound, exp_nonpositive, phi_degree, phi_error_bound
+from specbound.certified import kernels
+from specbound.certified.elementary import (
+    EXP_LOOP_ARGS, exp_error_bound, exp_nonpositive, exp_program, phi_degree, phi_error_bound,
+)
 
 BOUND_PREC = 128
 
@@ -43,9 +46,18 @@ L_PHI_GELU_TANH = Fraction(113, 100)  # proofs_notes/gelu_constants.md step 6
 
 
 def sigmoid(y: np.ndarray) -> np.ndarray:
-    """``SIG(y)`` entrywise (step 10 of the note): exp of ``-|y|`` only, no cancellation."""
+    """``SIG(y)`` entrywise (step 10 of the note): exp of ``-|y|`` only, no cancellation.  Large arrays run the
+    compiled loop of this program (:mod:`specbound.certified.kernels`, the same bits) when numba is present."""
     y = np.asarray(y, dtype=np.float64)
-    e = exp_nonpositive(-np.abs(y))
+    if kernels.AVAILABLE and y.size >= kernels.MIN_SIZE:
+        return kernels.sigmoid_loop(y, *EXP_LOOP_ARGS)
+    return sigmoid_program(y)
+
+
+def sigmoid_program(y: np.ndarray) -> np.ndarray:
+    """The numpy program of :func:`sigmoid` (the one the note analyses)."""
+    y = np.asarray(y, dtype=np.float64)
+    e = exp_program(-np.abs(y))
     d = e + 1.0
     num = np.where(y >= 0, 1.0, e)
     return num / d
@@ -290,6 +302,7 @@ __all__ = (
     "gelu_tanh_parts",
     "second_derivative_bound",
     "sigmoid",
+    "sigmoid_program",
     "sigmoid_error_bound",
     "silu",
     "silu_parts",

@@ -39,6 +39,10 @@ SHARED = ("specbound.errors", "specbound.vocabulary", "specbound.matrices", "spe
 THIRD_PARTY = ("numpy", "flint", "sympy", "mpmath")
 
 EXCEPTIONS: dict[str, dict[str, str]] = {
+    "certified/kernels.py": {
+        "numba": "compiles loops of numpy programs analysed elsewhere (same operations per entry, the same bits, "
+                 "tests/certified/test_kernels.py and test_directed.py); optional: without it the numpy programs run",
+    },
     "derivation/backends.py": {
         "torch": "to_torch, the lambdify backend for torch tensors, imports torch inside the function",
     },

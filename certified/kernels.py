@@ -1,0 +1,130 @@
+"""Compiled loops of binary64 programs analysed elsewhere: the same operations on each entry, in the same order.
+
+A numpy program runs each operation over a whole array before the next, so a program of thirty operations
+streams its array through memory thirty times; a compiled loop runs the thirty operations on one entry at a
+time.  Each loop here performs, per entry, exactly the correctly rounded operations of its numpy reference
+(no fused multiply-add, no reassociation: numba compiles without fast-math flags), so it returns the same
+bits, and every error bound proven for the numpy program holds for it unchanged.  That equality is not taken
+on trust: tests/certified/test_kernels.py compares each loop with its numpy reference bit for bit on
+adversarial inputs.  Which of the two runs is only a choice of speed.
+
+The loops need numba; without it (or with ``SPECBOUND_JIT=0`` in the environment) :data:`AVAILABLE` is False
+and the callers run their numpy programs.  Compilation happens on the first call in a process (about a second;
+the constants are frozen into the code).
+
+* :func:`exp_nonpositive_loop`: the program of ``elementary.exp_nonpositive`` (proofs_notes/fast_forward.md
+  step 1) on a flat float64 array, for entries ``<= 0``, ``-inf`` or NaN (its contract's domain; a NaN gives
+  NaN, as the numpy program does).
+* :func:`sigmoid_loop`: ``sigmoid.sigmoid``: ``fl(1 / fl(1 + E))`` for ``y >= 0`` and ``fl(E / fl(1 + E))``
+  otherwise, ``E`` the program above at ``-|y|``.
+
+Public API: :data:`AVAILABLE`, :data:`MIN_SIZE`, :func:`exp_nonpositive_loop`, :func:`sigmoid_loop`,
+:func:`numba_module`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+MIN_SIZE = 256
+"""Arrays with fewer entries run the numpy program (the call costs about the same either way)."""
+
+
+def _load_numba():
+    if os.environ.get("SPECBOUND_JIT", "1") == "0":
+        return None
+    try:
+        import numba
+    except ImportError:  # an optional speed-up: the numpy programs compute the same values
+        return None
+    return numba
+
+
+_numba = _load_numba()
+AVAILABLE = _numba is not None
+
+
+def numba_module():
+    """The numba module (only when :data:`AVAILABLE`): for the compiled steps defined beside their numpy
+    programs (certified/directed.py)."""
+    if _numba is None:
+        raise RuntimeError("numba is not available")
+    return _numba
+
+
+def _compile(coeffs: tuple[float, ...], clamp: float, inv_ln2: float, ln2_hi: float, ln2_lo: float):
+    """The loops for one set of exp constants, compiled with the constants frozen into the code (a constant
+    trip count lets the compiler unroll Horner's loop and vectorise across entries; passed as arguments they
+    made the loop no faster than numpy).  Not cached on disk: a cache keyed on this file would not see a
+    change of the constants in elementary.py."""
+    jit = _numba.njit(nogil=True, error_model="numpy")
+    C = np.array(coeffs, dtype=np.float64)
+    n = len(coeffs)
+
+    @jit
+    def exp1(x):
+        if x != x:
+            return x
+        if x < clamp:  # np.maximum(z, clamp): NaN handled above, -0.0 kept
+            x = clamp
+        k = np.rint(x * inv_ln2)
+        r = x - k * ln2_hi  # k * LN2_HI is exact (32-bit LN2_HI, |k| <= 1021)
+        r = r - k * ln2_lo
+        p = r * C[n - 1]  # Horner: fl(c_n r) first, then fl(fl(p r) + c_j)
+        p = p + C[n - 2]
+        for j in range(n - 3, -1, -1):
+            p = p * r
+            p = p + C[j]
+        bits = (np.int64(k) + 1023) << 52  # 2**k, normal for -1021 <= k <= 0
+        return p * np.int64(bits).view(np.float64)
+
+    @jit
+    def exp_loop(z):
+        out = np.empty_like(z)
+        for i in range(z.shape[0]):
+            out[i] = exp1(z[i])
+        return out
+
+    @jit
+    def sigmoid_loop(y):
+        out = np.empty_like(y)
+        for i in range(y.shape[0]):
+            t = y[i]
+            e = exp1(-abs(t))
+            d = e + 1.0
+            num = 1.0 if t >= 0 else e  # np.where(y >= 0, 1.0, e): NaN takes e (NaN)
+            out[i] = num / d
+        return out
+
+    return exp_loop, sigmoid_loop
+
+
+_COMPILED: dict = {}
+
+
+def _loops(coeffs, clamp, inv_ln2, ln2_hi, ln2_lo):
+    key = (tuple(float(c) for c in coeffs), float(clamp), float(inv_ln2), float(ln2_hi), float(ln2_lo))
+    loops = _COMPILED.get(key)
+    if loops is None:
+        loops = _COMPILED[key] = _compile(*key)
+    return loops
+
+
+def exp_nonpositive_loop(z: np.ndarray, coeffs: np.ndarray, clamp: float, inv_ln2: float, ln2_hi: float,
+                         ln2_lo: float) -> np.ndarray:
+    """``elementary.exp_nonpositive``'s program on ``z`` (any shape, float64), with that module's constants
+    passed in (they are defined once, there); the same bits as the numpy program.  Needs :data:`AVAILABLE`."""
+    flat = np.ascontiguousarray(z, dtype=np.float64).reshape(-1)
+    return _loops(coeffs, clamp, inv_ln2, ln2_hi, ln2_lo)[0](flat).reshape(np.shape(z))
+
+
+def sigmoid_loop(y: np.ndarray, coeffs: np.ndarray, clamp: float, inv_ln2: float, ln2_hi: float,
+                 ln2_lo: float) -> np.ndarray:
+    """``sigmoid.sigmoid``'s program on ``y`` (any shape, float64); the same bits.  Needs :data:`AVAILABLE`."""
+    flat = np.ascontiguousarray(y, dtype=np.float64).reshape(-1)
+    return _loops(coeffs, clamp, inv_ln2, ln2_hi, ln2_lo)[1](flat).reshape(np.shape(y))
+
+
+__all__ = ("AVAILABLE", "MIN_SIZE", "exp_nonpositive_loop", "numba_module", "sigmoid_loop")

@@ -1,0 +1,139 @@
+"""The compiled loops of certified/kernels.py return the bits of the numpy programs the proofs analyse.
+
+Every error bound of exp and the sigmoid is proven for a numpy program (elementary.exp_program,
+sigmoid.sigmoid_program); a loop may stand in for it only if it performs the same correctly rounded
+operations per entry.  Here each loop is compared with its program bit for bit on adversarial inputs: the
+clamp at -708 and below it, -inf, signed zeros, subnormals, NaN, arguments whose reduction sits near a
+half-integer multiple of ln 2, and Hypothesis floats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from specbound.certified import kernels
+from specbound.certified.elementary import EXP_LOOP_ARGS, exp_nonpositive, exp_program
+from specbound.certified.sigmoid import sigmoid, sigmoid_program
+
+pytestmark = pytest.mark.skipif(not kernels.AVAILABLE, reason="numba is not installed (or SPECBOUND_JIT=0)")
+
+LN2 = float(np.log(2.0))
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and bool(((a.view(np.int64) == b.view(np.int64)) | (np.isnan(a) & np.isnan(b))).all())
+
+
+def adversarial_nonpositive(rng) -> np.ndarray:
+    k = np.arange(0, 1022)
+    halfway = -(k + 0.5) * LN2  # reductions near +-ln2/2
+    near = np.concatenate([np.nextafter(halfway, 0.0), halfway, np.nextafter(halfway, -np.inf)])
+    special = np.array([0.0, -0.0, -5e-324, -2.2250738585072014e-308, -1e-300, -708.0, np.nextafter(-708.0, 0),
+                        np.nextafter(-708.0, -np.inf), -709.0, -745.2, -1e300, -np.inf, np.nan, -1.0, -0.5])
+    wide = -np.abs(rng.standard_normal(5000)) * 10.0 ** rng.uniform(-320, 3, 5000)
+    return np.concatenate([near, special, wide])
+
+
+def test_exp_loop_is_the_numpy_program_bit_for_bit_on_adversarial_arguments():
+    z = adversarial_nonpositive(np.random.default_rng(0))
+    with np.errstate(all="ignore"):
+        assert same_bits(kernels.exp_nonpositive_loop(z, *EXP_LOOP_ARGS), exp_program(z))
+
+
+def test_exp_nonpositive_takes_the_loop_on_large_arrays_and_keeps_the_shape():
+    z = adversarial_nonpositive(np.random.default_rng(1))[:4 * kernels.MIN_SIZE].reshape(4, 2, -1)
+    with np.errstate(all="ignore"):
+        got = exp_nonpositive(z)
+        assert got.shape == z.shape and same_bits(got, exp_program(z))
+        small = z.reshape(-1)[:kernels.MIN_SIZE - 1]
+        assert same_bits(exp_nonpositive(small), exp_program(small))
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrays(np.float64, st.integers(1, 600), elements=st.floats(max_value=0.0, width=64) | st.just(np.nan)))
+def test_property_exp_loop_equals_the_program(z):
+    with np.errstate(all="ignore"):
+        assert same_bits(kernels.exp_nonpositive_loop(z, *EXP_LOOP_ARGS), exp_program(z))
+
+
+def test_sigmoid_loop_is_the_numpy_program_bit_for_bit():
+    rng = np.random.default_rng(2)
+    z = adversarial_nonpositive(rng)
+    y = np.concatenate([z, -z, [np.inf, -np.inf, np.nan, 0.0, -0.0, 36.7, -36.7, 1e308, -1e308]])
+    with np.errstate(all="ignore"):
+        assert same_bits(kernels.sigmoid_loop(y, *EXP_LOOP_ARGS), sigmoid_program(y))
+        assert same_bits(sigmoid(y.reshape(1, -1)), sigmoid_program(y).reshape(1, -1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrays(np.float64, st.integers(1, 600), elements=st.floats(allow_nan=True, allow_infinity=True, width=64)))
+def test_property_sigmoid_loop_equals_the_program(y):
+    with np.errstate(all="ignore"):
+        assert same_bits(kernels.sigmoid_loop(y, *EXP_LOOP_ARGS), sigmoid_program(y))
+
+
+def test_a_loop_with_one_operation_changed_is_caught():
+    # the comparison can fail: the loop's Horner step with fl(fl(p r) + c) replaced by one rounding of
+    # p r + c (what a fused multiply-add would compute) differs from the program on these arguments
+    from fractions import Fraction
+
+    z = adversarial_nonpositive(np.random.default_rng(3))[:3000]
+    coeffs, clamp, inv_ln2, hi, lo = EXP_LOOP_ARGS
+
+    def fused_exp(x):
+        if x < clamp:
+            x = clamp
+        k = np.rint(x * inv_ln2)
+        r = (x - k * hi) - k * lo
+        p = r * coeffs[-1] + coeffs[-2]
+        for c in coeffs[-3::-1]:
+            p = float(Fraction(p) * Fraction(r) + Fraction(c))  # one rounding, as an FMA
+        return p * 2.0 ** int(k)
+
+    with np.errstate(all="ignore"):
+        fused = np.array([fused_exp(x) for x in z])
+        assert not same_bits(fused, exp_program(z))
+
+
+def test_the_whole_refined_pass_gives_the_same_bits_with_and_without_the_compiled_loops(tmp_path):
+    # the same pass in a process without numba's loops (SPECBOUND_JIT=0: every numpy program) and here (the
+    # compiled loops and steps wherever they apply): every value and radius identical, on every variant
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "pass.py"
+    script.write_text(
+        "import sys, numpy as np\n"
+        "from tests.certified.mp_network import random_weights\n"
+        "from specbound.certified import kernels\n"
+        "from specbound.certified.interval_adjoint import refined_pass\n"
+        "from specbound.certified.interval_forward import outputs_of_rows\n"
+        "out = {}\n"
+        "for i, (v, a) in enumerate([('plain', 'gelu'), ('residual', 'gelu_tanh'), ('causal', 'relu'),\n"
+        "                            ('ls', 'silu'), ('ls_residual', 'gelu')]):\n"
+        "    rng = np.random.default_rng(70 + i)\n"
+        "    w = random_weights(rng, variant=v, activation=a, L=2, H=2, N=8, d=4, F=24, k=2, T=12, qk=3.0)\n"
+        "    X = rng.standard_normal((40, 12, 8))\n"
+        "    with np.errstate(all='ignore'):\n"
+        "        f, r, ok = outputs_of_rows(refined_pass(w, 1e-12), X, batch=16)\n"
+        "    out[f'{v}.f'], out[f'{v}.r'], out[f'{v}.ok'] = f, r, ok\n"
+        "out['jit'] = np.array(kernels.AVAILABLE)\n"
+        "np.savez(sys.argv[1], **out)\n")
+    root = Path(__file__).resolve().parents[2]
+    runs = {}
+    for jit in ("1", "0"):
+        env = dict(os.environ, SPECBOUND_JIT=jit, PYTHONPATH=str(root), OMP_NUM_THREADS="1")
+        target = tmp_path / f"out{jit}.npz"
+        subprocess.run([sys.executable, str(script), str(target)], check=True, env=env, cwd=root, timeout=600)
+        runs[jit] = dict(np.load(target))
+    assert bool(runs["1"]["jit"]) and not bool(runs["0"]["jit"])
+    for key, value in runs["0"].items():
+        if key != "jit":
+            assert same_bits(runs["1"][key].astype(np.float64), value.astype(np.float64)), key
