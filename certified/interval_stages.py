@@ -9,7 +9,7 @@ into the pass; the adjoint refinement (:mod:`specbound.certified.interval_adjoin
 formulas again at radius 0 (local errors).
 
 Public API: :data:`TINY`, :data:`SOFTMAX_TINY_EXP`, :func:`attention_stage_radius`, :func:`ff_stage_radius`,
-:func:`swap_rotation`.
+:func:`swap_rotation`, :func:`softmax_program`.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from specbound.certified import kernels
 from specbound.certified.arb import precision
 from specbound.certified.directed import (
     UNIT_ROUNDOFF, add_up, div_up, down, float_up, gamma_arb, gamma_up, mul_up, norm_up, norms_both, sq_norm_up,
     sqrt_up, sub_down, up, upn,
 )
-from specbound.certified.elementary import exp_error_bound, exp_nonpositive, phi
+from specbound.certified.elementary import EXP_LOOP_ARGS, exp_error_bound, exp_nonpositive, phi
 from specbound.certified.fast_forward import NotApplicable
 from specbound.certified.interval_network import IntervalLayer, IntervalNetwork
 from specbound.certified.sigmoid import gelu_tanh_parts, silu_parts
@@ -191,7 +192,19 @@ def _causal_keep(T: int, Tq: int) -> np.ndarray:
 
 
 def _softmax(s: np.ndarray, causal: bool) -> np.ndarray:
-    """The program of fast_forward.md steps 5.3-5.5 and 10 on scores (B, H, Tq, T), in place."""
+    """The program of fast_forward.md steps 5.3-5.5 and 10 on scores (B, H, Tq, T) (:func:`softmax_program`;
+    on large arrays its compiled loop, :mod:`specbound.certified.kernels`, the same bits)."""
+    if kernels.AVAILABLE and s.size >= kernels.MIN_SIZE:
+        T, Tq = s.shape[-1], s.shape[-2]
+        kept = np.arange(T - Tq + 1, T + 1) if causal else np.array(T)  # keys kept by each query row
+        return kernels.softmax_loop(s, kept, *EXP_LOOP_ARGS)
+    return softmax_program(s, causal)
+
+
+def softmax_program(s: np.ndarray, causal: bool) -> np.ndarray:
+    """The program of fast_forward.md steps 5.3-5.5 and 10 on scores (B, H, Tq, T), in place: the shift by each
+    row's max (over the kept keys), EXP, the masking, the sum over the keys taken in key order (step 5.4 holds
+    for any order; one fixed order lets the compiled loop return the same bits), the division."""
     T, Tq = s.shape[-1], s.shape[-2]
     keep = _causal_keep(T, Tq) if causal else None
     if keep is not None:
@@ -202,7 +215,10 @@ def _softmax(s: np.ndarray, causal: bool) -> np.ndarray:
     e = exp_nonpositive(s)
     if keep is not None:
         e *= keep
-    e /= e.sum(axis=-1, keepdims=True)
+    d = e[..., 0].copy()
+    for j in range(1, T):
+        d += e[..., j]
+    e /= d[..., None]
     return e
 
 

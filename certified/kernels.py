@@ -15,10 +15,12 @@ the constants are frozen into the code).
 * :func:`exp_nonpositive_loop`: the program of ``elementary.exp_nonpositive`` (proofs_notes/fast_forward.md
   step 1) on a flat float64 array, for entries ``<= 0``, ``-inf`` or NaN (its contract's domain; a NaN gives
   NaN, as the numpy program does).
+* :func:`softmax_loop`: ``interval_stages.softmax_program``, the softmax program of fast_forward.md steps 5.3-5.5
+  and 10 row by row (max over the kept keys, shift, EXP, masking, the sum in key order, division).
 * :func:`sigmoid_loop`: ``sigmoid.sigmoid``: ``fl(1 / fl(1 + E))`` for ``y >= 0`` and ``fl(E / fl(1 + E))``
   otherwise, ``E`` the program above at ``-|y|``.
 
-Public API: :data:`AVAILABLE`, :data:`MIN_SIZE`, :func:`exp_nonpositive_loop`, :func:`sigmoid_loop`,
+Public API: :data:`AVAILABLE`, :data:`MIN_SIZE`, :func:`exp_nonpositive_loop`, :func:`softmax_loop`, :func:`sigmoid_loop`,
 :func:`numba_module`.
 """
 
@@ -98,7 +100,41 @@ def _compile(coeffs: tuple[float, ...], clamp: float, inv_ln2: float, ln2_hi: fl
             out[i] = num / d
         return out
 
-    return exp_loop, sigmoid_loop
+    @jit
+    def softmax_rows(s, kept):
+        # row i keeps keys 0..kept[i]-1 (all T when not causal): max over the kept keys (NaN propagates),
+        # z = fl(s - c) on every key, min(z, 0) and a 0/1 factor on the masked ones (causal only), EXP,
+        # the sum from the first key to the last, one division per entry
+        R, T = s.shape
+        out = np.empty_like(s)
+        for i in range(R):
+            lim = kept[i]
+            c = s[i, 0]
+            nan = c != c
+            for j in range(1, lim):
+                x = s[i, j]
+                if x != x:
+                    nan = True
+                elif x > c:
+                    c = x
+            if nan:
+                c = np.nan
+            for j in range(T):
+                z = s[i, j] - c
+                if lim < T:
+                    if z > 0.0:  # np.minimum(z, 0): NaN stays NaN; the sign of a zero z does not change EXP
+                        z = 0.0
+                    out[i, j] = exp1(z) * (1.0 if j < lim else 0.0)
+                else:
+                    out[i, j] = exp1(z)
+            d = out[i, 0]
+            for j in range(1, T):
+                d = d + out[i, j]
+            for j in range(T):
+                out[i, j] = out[i, j] / d
+        return out
+
+    return exp_loop, sigmoid_loop, softmax_rows
 
 
 _COMPILED: dict = {}
@@ -120,6 +156,17 @@ def exp_nonpositive_loop(z: np.ndarray, coeffs: np.ndarray, clamp: float, inv_ln
     return _loops(coeffs, clamp, inv_ln2, ln2_hi, ln2_lo)[0](flat).reshape(np.shape(z))
 
 
+def softmax_loop(s: np.ndarray, kept: np.ndarray, coeffs: np.ndarray, clamp: float, inv_ln2: float, ln2_hi: float,
+                 ln2_lo: float) -> np.ndarray:
+    """``interval_stages.softmax_program`` on scores ``s`` (..., T): each row's max over its first ``kept`` keys
+    (``kept`` broadcast against the rows; ``T`` everywhere when not causal), the shift, EXP, the masking, the
+    sum from the first key to the last, the division; the same bits.  Needs :data:`AVAILABLE`."""
+    T = s.shape[-1]
+    rows = np.ascontiguousarray(s, dtype=np.float64).reshape(-1, T)
+    lim = np.ascontiguousarray(np.broadcast_to(kept, s.shape[:-1]), dtype=np.int64).reshape(-1)
+    return _loops(coeffs, clamp, inv_ln2, ln2_hi, ln2_lo)[2](rows, lim).reshape(s.shape)
+
+
 def sigmoid_loop(y: np.ndarray, coeffs: np.ndarray, clamp: float, inv_ln2: float, ln2_hi: float,
                  ln2_lo: float) -> np.ndarray:
     """``sigmoid.sigmoid``'s program on ``y`` (any shape, float64); the same bits.  Needs :data:`AVAILABLE`."""
@@ -127,4 +174,4 @@ def sigmoid_loop(y: np.ndarray, coeffs: np.ndarray, clamp: float, inv_ln2: float
     return _loops(coeffs, clamp, inv_ln2, ln2_hi, ln2_lo)[1](flat).reshape(np.shape(y))
 
 
-__all__ = ("AVAILABLE", "MIN_SIZE", "exp_nonpositive_loop", "numba_module", "sigmoid_loop")
+__all__ = ("AVAILABLE", "MIN_SIZE", "exp_nonpositive_loop", "numba_module", "sigmoid_loop", "softmax_loop")

@@ -137,3 +137,44 @@ def test_the_whole_refined_pass_gives_the_same_bits_with_and_without_the_compile
     for key, value in runs["0"].items():
         if key != "jit":
             assert same_bits(runs["1"][key].astype(np.float64), value.astype(np.float64)), key
+
+
+def _scores(rng, B=3, H=2, Tq=5, T=5) -> np.ndarray:
+    s = rng.standard_normal((B, H, Tq, T)) * 10.0 ** rng.uniform(-3, 3, (B, H, Tq, 1))
+    r = lambda i: i % Tq  # noqa: E731 (a row index within the query rows)
+    s[0, 0, r(0)] = 0.0  # ties at the max
+    s[0, 0, r(1), :2] = 7.0
+    s[0, 1, r(0)] = [1e300, -1e300, 0.0, 5.0, -5.0]
+    s[1, 0, r(2), -1] = np.nan  # a NaN (masked in a causal row that is not the last)
+    s[1, 1, r(3), 0] = -np.inf
+    s[2, 0, r(4), 1] = np.inf
+    s[2, 1, r(1)] = -800.0  # below the clamp
+    s[2, 1, r(1), 0] = 0.0
+    return s
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("Tq", [1, 5])
+def test_softmax_loop_is_the_numpy_program_bit_for_bit(causal, Tq):
+    from specbound.certified.interval_stages import softmax_program
+
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        s = _scores(rng, B=40, Tq=Tq, T=5)
+        T = s.shape[-1]
+        kept = np.arange(T - Tq + 1, T + 1) if causal else np.array(T)
+        with np.errstate(all="ignore"):
+            assert same_bits(kernels.softmax_loop(s, kept, *EXP_LOOP_ARGS), softmax_program(s.copy(), causal))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 9), st.booleans(), st.data())
+def test_property_softmax_loop_equals_the_program(Tq, T, causal, data):
+    from specbound.certified.interval_stages import softmax_program
+
+    Tq = min(Tq, T)
+    s = data.draw(arrays(np.float64, (2, 2, Tq, T), elements=st.floats(-1e6, 1e6, width=64)
+                         | st.sampled_from([0.0, -0.0, np.inf, -np.inf, np.nan, 700.0, -700.0])))
+    kept = np.arange(T - Tq + 1, T + 1) if causal else np.array(T)
+    with np.errstate(all="ignore"):
+        assert same_bits(kernels.softmax_loop(s, kept, *EXP_LOOP_ARGS), softmax_program(s.copy(), causal))
