@@ -5,7 +5,8 @@ its recorded task it times, interleaved in one run, medians of --reps repetition
   float     = the fastest of a batched numpy float64 forward (libm exp, scipy erf / numpy tanh) of the same
               program at 64, 128, 256 and 1024 samples per batch and the model's own torch float64 forward,
               all on one thread: what a float forward costs;
-  interval  = certified.interval_forward on every sample (token table in Arb included), per-layer radius only;
+  interval  = certified.interval_forward on every sample (reading the token table built once per run, as the
+              float forward does; the table's Arb cost is timed on its own), per-layer radius only;
   refined   = the same with the adjoint refinement (proofs_notes/interval_adjoint.md) aiming at --target
               (run only on the samples whose per-layer radius misses it): the certified pass of issue 25;
   route     = certified_ramp_loss(..., forward="fast") end to end at margin --rho (the a-priori pass where its
@@ -18,12 +19,12 @@ samples redone in Arb and whether any of them lies at least 1e-6 from every thre
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_interval_forward.py [CKPT ...] [--n 4096] [--reps 5]
 
-Measured (one run, n = 4096, 7 reps, load average 1.7-2.0 on 2 cores; CPU time, wall within 1%; ratio to the
-fastest float forward; width max radius / (1 + |margin|) after the refinement; README (e)):
-  toy L2 N32 d_h 1 d_ff 2        per-layer 36,137/s 3.76x   certified 33,685/s 4.03x   0.05% refined  7.3e-10
-  (a) L4 N64 d_h 1 residual      per-layer 11,674/s 3.26x   certified  7,374/s 5.17x   100% refined   9.8e-10
-  (b) L4 H4 N64 d_h 16 d_ff 128  per-layer  3,433/s 1.70x   certified  2,973/s 1.96x   99.2% refined  9.6e-10
-  (c) LS L2 H4 N32 SiLU          per-layer 10,420/s 2.60x   certified  8,787/s 3.08x   100% refined   7.1e-10
+Measured (one run, n = 4096, 7 reps, load average 0.7-1.0 on 2 cores; CPU time, wall within 1%; ratio to the
+fastest float forward; width max radius / (1 + |margin|) after the refinement; compiled loops on; README (e)):
+  toy L2 N32 d_h 1 d_ff 2        per-layer 56,759/s 2.22x   certified 54,642/s 2.31x   0.05% refined  7.3e-10
+  (a) L4 N64 d_h 1 residual      per-layer 14,987/s 2.28x   certified  9,856/s 3.47x   100% refined   9.8e-10
+  (b) L4 H4 N64 d_h 16 d_ff 128  per-layer  3,885/s 1.42x   certified  3,725/s 1.48x   99.2% refined  9.6e-10
+  (c) LS L2 H4 N32 SiLU          per-layer 17,378/s 1.67x   certified 14,892/s 1.95x   100% refined   7.1e-10
   no sample redone in Arb by the route on any of them.
 
 The toy (L2 N32 d_h 1 d_ff 2) is --toy PATH, by default specbound/data/toy.safetensors when it exists, else
