@@ -20,6 +20,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from specbound.certified import kernels
 from specbound.certified.directed import (
     add_up, div_up, down, gamma_up, mul_up, norm_up, sq_norm_up, sqrt_up, sub_down, sum_up, up,
 )
@@ -57,6 +58,8 @@ def _pi_backward(g: np.ndarray, pp: SimpleNamespace) -> tuple[np.ndarray, np.nda
     iota = _iota(pp)
     c = np.einsum("...i,...i->...", g, pp.y)
     c[~sphere] = 0.0
+    if kernels.AVAILABLE and g.size >= kernels.MIN_SIZE:  # the same three steps per entry, compiled
+        return kernels.project_out_rows(g, pp.y, c, iota), iota
     ga = np.multiply(pp.y, c[..., None])
     np.subtract(g, ga, out=ga)
     ga *= iota[..., None]
@@ -271,8 +274,11 @@ def _att_backward(net: IntervalNetwork, lay: IntervalLayer, st, ga: np.ndarray, 
     gv = p.transpose(0, 1, 3, 2) @ gh
     gp = gh @ vh.transpose(0, 1, 3, 2)
     c = np.einsum("bhts,bhts->bht", p, gp)
-    gs = gp - c[..., None]
-    gs *= p
+    if kernels.AVAILABLE and gp.size >= kernels.MIN_SIZE:  # the same two steps per entry, compiled
+        gs = kernels.centred_times_rows(gp, c, p)
+    else:
+        gs = gp - c[..., None]
+        gs *= p
     gq = gs @ kh
     gk = gs.transpose(0, 1, 3, 2) @ qh
     if not same:

@@ -91,7 +91,10 @@ def _project_program(a: np.ndarray, ok: np.ndarray) -> SimpleNamespace:
     nu_hi, nu_lo, s = norms_both(a, with_sum=True)
     _finite(ok, nu_hi)
     nu = np.sqrt(s)
-    return SimpleNamespace(a=a, y=a / np.maximum(nu, 1.0)[..., None], nu=nu, nu_hi=nu_hi, nu_lo=nu_lo)
+    div = np.maximum(nu, 1.0)
+    # the compiled row division returns numpy's bits (one IEEE division per entry) without its per-row setup
+    y = kernels.divide_rows(a, div) if kernels.AVAILABLE and a.size >= kernels.MIN_SIZE else a / div[..., None]
+    return SimpleNamespace(a=a, y=y, nu=nu, nu_hi=nu_hi, nu_lo=nu_lo)
 
 
 def _project_radius(pp: SimpleNamespace, eps: np.ndarray, net: IntervalNetwork, tr, name):

@@ -17,10 +17,14 @@ the constants are frozen into the code).
   NaN, as the numpy program does).
 * :func:`softmax_loop`: ``interval_stages.softmax_program``, the softmax program of fast_forward.md steps 5.3-5.5
   and 10 row by row (max over the kept keys, shift, EXP, masking, the sum in key order, division).
+* :func:`divide_rows`: each row divided by its own divisor (the projection's ``a / max(1, nu)``);
+  :func:`project_out_rows`, :func:`centred_times_rows`: the row-broadcast steps of the adjoint (numpy sets up an
+  inner loop per row for these, which dominates at short rows).
 * :func:`sigmoid_loop`: ``sigmoid.sigmoid``: ``fl(1 / fl(1 + E))`` for ``y >= 0`` and ``fl(E / fl(1 + E))``
   otherwise, ``E`` the program above at ``-|y|``.
 
 Public API: :data:`AVAILABLE`, :data:`MIN_SIZE`, :func:`exp_nonpositive_loop`, :func:`softmax_loop`, :func:`sigmoid_loop`,
+:func:`divide_rows`, :func:`project_out_rows`, :func:`centred_times_rows`,
 :func:`numba_module`.
 """
 
@@ -137,6 +141,69 @@ def _compile(coeffs: tuple[float, ...], clamp: float, inv_ln2: float, ln2_hi: fl
     return exp_loop, sigmoid_loop, softmax_rows
 
 
+def _divide_rows_py(a, d):
+    out = np.empty_like(a)
+    for i in range(a.shape[0]):
+        di = d[i]
+        for j in range(a.shape[1]):
+            out[i, j] = a[i, j] / di
+    return out
+
+
+def _project_out_rows_py(g, y, c, w):
+    out = np.empty_like(g)
+    for i in range(g.shape[0]):
+        ci, wi = c[i], w[i]
+        for j in range(g.shape[1]):
+            out[i, j] = (g[i, j] - y[i, j] * ci) * wi
+    return out
+
+
+def _centred_times_rows_py(a, c, p):
+    out = np.empty_like(a)
+    for i in range(a.shape[0]):
+        ci = c[i]
+        for j in range(a.shape[1]):
+            out[i, j] = (a[i, j] - ci) * p[i, j]
+    return out
+
+
+_divide_rows = _numba.njit(cache=True, nogil=True)(_divide_rows_py) if AVAILABLE else None
+_project_out_rows = _numba.njit(cache=True, nogil=True)(_project_out_rows_py) if AVAILABLE else None
+_centred_times_rows = _numba.njit(cache=True, nogil=True)(_centred_times_rows_py) if AVAILABLE else None
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float64).reshape(-1, a.shape[-1])
+
+
+def _per_row(d, shape) -> np.ndarray:
+    return np.ascontiguousarray(np.broadcast_to(d, shape[:-1]), dtype=np.float64).reshape(-1)
+
+
+def project_out_rows(g: np.ndarray, y: np.ndarray, c: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``fl(fl(g - fl(y c)) w)`` with ``c``, ``w`` one number per row (the adjoint of the projection:
+    ``iota (g - (g . y) y)``), the same bits as numpy's ``(g - y * c[..., None]) * w[..., None]`` computed in
+    that order.  Needs :data:`AVAILABLE`."""
+    return _project_out_rows(_rows(g), _rows(y), _per_row(c, g.shape), _per_row(w, g.shape)).reshape(g.shape)
+
+
+def centred_times_rows(a: np.ndarray, c: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """``fl(fl(a - c) p)`` with ``c`` one number per row (the softmax adjoint ``(g_p - <p, g_p>) p``), the same
+    bits as numpy's ``(a - c[..., None]) * p``.  Needs :data:`AVAILABLE`."""
+    return _centred_times_rows(_rows(a), _per_row(c, a.shape), _rows(p)).reshape(a.shape)
+
+
+def divide_rows(a: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """``fl(a / d[..., None])``: each row of ``a`` (..., n) divided by its entry of ``d`` (...), one correctly
+    rounded division per entry, the same bits as numpy's broadcast division (without its per-row inner-loop
+    setup, which dominates at short rows).  Needs :data:`AVAILABLE`."""
+    n = a.shape[-1]
+    rows = np.ascontiguousarray(a, dtype=np.float64).reshape(-1, n)
+    div = np.ascontiguousarray(np.broadcast_to(d, a.shape[:-1]), dtype=np.float64).reshape(-1)
+    return _divide_rows(rows, div).reshape(a.shape)
+
+
 _COMPILED: dict = {}
 
 
@@ -174,4 +241,5 @@ def sigmoid_loop(y: np.ndarray, coeffs: np.ndarray, clamp: float, inv_ln2: float
     return _loops(coeffs, clamp, inv_ln2, ln2_hi, ln2_lo)[1](flat).reshape(np.shape(y))
 
 
-__all__ = ("AVAILABLE", "MIN_SIZE", "exp_nonpositive_loop", "numba_module", "sigmoid_loop", "softmax_loop")
+__all__ = ("AVAILABLE", "MIN_SIZE", "centred_times_rows", "divide_rows", "exp_nonpositive_loop", "numba_module", "project_out_rows", "sigmoid_loop",
+           "softmax_loop")

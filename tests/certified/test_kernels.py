@@ -178,3 +178,33 @@ def test_property_softmax_loop_equals_the_program(Tq, T, causal, data):
     kept = np.arange(T - Tq + 1, T + 1) if causal else np.array(T)
     with np.errstate(all="ignore"):
         assert same_bits(kernels.softmax_loop(s, kept, *EXP_LOOP_ARGS), softmax_program(s.copy(), causal))
+
+
+def test_row_division_is_numpys_broadcast_division_bit_for_bit():
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((7, 9, 33)) * 10.0 ** rng.uniform(-300, 300, (7, 9, 33))
+    a.flat[::17] = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324][0]
+    a.reshape(-1)[1::29] = np.nan
+    a.reshape(-1)[2::31] = -np.inf
+    d = np.abs(rng.standard_normal((7, 9))) * 10.0 ** rng.uniform(-5, 300, (7, 9)) + 1.0
+    d[0, 0], d[1, 1] = np.inf, 1.0
+    with np.errstate(all="ignore"):
+        assert same_bits(kernels.divide_rows(a, d), a / d[..., None])
+
+
+def test_the_adjoints_row_steps_are_numpys_broadcast_steps_bit_for_bit():
+    rng = np.random.default_rng(13)
+    g = rng.standard_normal((6, 5, 40)) * 10.0 ** rng.uniform(-200, 200, (6, 5, 40))
+    y = rng.standard_normal((6, 5, 40))
+    c = rng.standard_normal((6, 5)) * 10.0 ** rng.uniform(-200, 200, (6, 5))
+    w = np.abs(rng.standard_normal((6, 5)))
+    g.reshape(-1)[::23], y.reshape(-1)[1::19], c[0, 0], w[1, 1] = np.nan, np.inf, -0.0, 0.0
+    p = np.abs(rng.standard_normal((6, 5, 40)))
+    with np.errstate(all="ignore"):
+        want = np.multiply(y, c[..., None])
+        np.subtract(g, want, out=want)
+        want *= w[..., None]
+        assert same_bits(kernels.project_out_rows(g, y, c, w), want)
+        want = g - c[..., None]
+        want *= p
+        assert same_bits(kernels.centred_times_rows(g, c, p), want)
