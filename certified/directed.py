@@ -12,7 +12,7 @@ Also the per-model binary64 constants of the error analysis, each an exact Arb p
 
 Public API: :data:`UNIT_ROUNDOFF`, :data:`ETA`, :func:`up`, :func:`upn`, :func:`down`, :func:`add_up`, :func:`mul_up`,
 :func:`div_up`, :func:`sub_down`, :func:`sqrt_up`, :func:`sqrt_down`, :func:`gamma_up`,
-:func:`float_up`, :func:`norm_up`, :func:`norm_down`, :func:`sq_norm_up`, :func:`sum_up`.
+:func:`float_up`, :func:`norm_up`, :func:`norm_down`, :func:`sq_norm_up`, :func:`sum_squares`, :func:`sum_up`.
 """
 
 from __future__ import annotations
@@ -251,11 +251,21 @@ def _norm_factors(n: int) -> tuple[float, float, float]:
         return float_up(1 / (1 - g)), float_lower(1 / (1 + g)), float_up(arb(int(n)) * arb(ETA))
 
 
+def sum_squares(m: np.ndarray) -> np.ndarray:
+    """``fl(sum_i m_i^2)`` over the last axis (some summation tree: numpy's einsum).  A last axis of length 1 is
+    squared directly: one correctly rounded product, with nothing to order or fuse, is the value einsum returns
+    too, without einsum's per-row setup (which dominates at one entry per row)."""
+    if m.shape[-1] == 1:
+        x = m[..., 0]
+        return x * x
+    return np.einsum("...i,...i->...", m, m)
+
+
 def sq_norm_up(m: np.ndarray) -> np.ndarray:
     """Upper bounds of ``||m||^2`` over the last axis (step 1: ``(s + n eta) / (1 - gamma_n)``)."""
     n = m.shape[-1]
     hi, _, tiny = _norm_factors(n)
-    s = np.einsum("...i,...i->...", m, m)
+    s = sum_squares(m)
     return mul_up(add_up(s, tiny), hi)
 
 
@@ -268,7 +278,7 @@ def norm_down(m: np.ndarray) -> np.ndarray:
     """Lower bounds of the Euclidean norms of ``m`` over the last axis."""
     n = m.shape[-1]
     _, lo, tiny = _norm_factors(n)
-    s = np.einsum("...i,...i->...", m, m)
+    s = sum_squares(m)
     return sqrt_down(down(sub_down(s, tiny) * lo))
 
 
@@ -285,7 +295,7 @@ def norms_both(m: np.ndarray, with_sum: bool = False):
     sum ``fl(sum m^2)`` itself when ``with_sum``)."""
     n = m.shape[-1]
     hi, lo, tiny = _norm_factors(n)
-    s = np.einsum("...i,...i->...", m, m)
+    s = sum_squares(m)
     out = sqrt_up(mul_up(add_up(s, tiny), hi)), sqrt_down(down(sub_down(s, tiny) * lo))
     return (*out, s) if with_sum else out
 
@@ -307,6 +317,7 @@ __all__ = (
     "sqrt_down",
     "sqrt_up",
     "sub_down",
+    "sum_squares",
     "sum_up",
     "up",
     "upn",

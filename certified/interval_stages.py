@@ -58,6 +58,9 @@ def _softmax_constants(T: int, d: int) -> tuple[float, float, float, float, floa
 
 def _finite(ok: np.ndarray, a: np.ndarray) -> None:
     """``ok[b] &= every entry of sample b finite`` (step 14)."""
+    if kernels.AVAILABLE and ok.dtype == np.bool_ and ok.flags.c_contiguous and a.dtype == np.float64:
+        kernels.and_finite_rows(ok, a)
+        return
     ok &= np.isfinite(a.reshape(a.shape[0], -1)).all(axis=1)
 
 

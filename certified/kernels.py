@@ -24,7 +24,7 @@ the constants are frozen into the code).
   otherwise, ``E`` the program above at ``-|y|``.
 
 Public API: :data:`AVAILABLE`, :data:`MIN_SIZE`, :func:`exp_nonpositive_loop`, :func:`softmax_loop`, :func:`sigmoid_loop`,
-:func:`divide_rows`, :func:`project_out_rows`, :func:`centred_times_rows`,
+:func:`divide_rows`, :func:`project_out_rows`, :func:`centred_times_rows`, :func:`and_finite_rows`,
 :func:`numba_module`.
 """
 
@@ -168,7 +168,24 @@ def _centred_times_rows_py(a, c, p):
     return out
 
 
+def _finite_rows_py(a, ok):
+    for i in range(a.shape[0]):
+        if ok[i]:
+            for j in range(a.shape[1]):
+                x = a[i, j]
+                if not (x - x == 0.0):  # false exactly for inf and NaN
+                    ok[i] = False
+                    break
+
+
 _divide_rows = _numba.njit(cache=True, nogil=True)(_divide_rows_py) if AVAILABLE else None
+_finite_rows = _numba.njit(cache=True, nogil=True)(_finite_rows_py) if AVAILABLE else None
+
+
+def and_finite_rows(ok: np.ndarray, a: np.ndarray) -> None:
+    """``ok[b] &= every entry of a[b] finite`` in place (``a`` batch-first; the same booleans as numpy's
+    ``isfinite(...).all(axis=1)``, without its temporaries).  Needs :data:`AVAILABLE`."""
+    _finite_rows(np.ascontiguousarray(a, dtype=np.float64).reshape(a.shape[0], -1), ok)
 _project_out_rows = _numba.njit(cache=True, nogil=True)(_project_out_rows_py) if AVAILABLE else None
 _centred_times_rows = _numba.njit(cache=True, nogil=True)(_centred_times_rows_py) if AVAILABLE else None
 
@@ -241,5 +258,5 @@ def sigmoid_loop(y: np.ndarray, coeffs: np.ndarray, clamp: float, inv_ln2: float
     return _loops(coeffs, clamp, inv_ln2, ln2_hi, ln2_lo)[1](flat).reshape(np.shape(y))
 
 
-__all__ = ("AVAILABLE", "MIN_SIZE", "centred_times_rows", "divide_rows", "exp_nonpositive_loop", "numba_module", "project_out_rows", "sigmoid_loop",
+__all__ = ("AVAILABLE", "MIN_SIZE", "and_finite_rows", "centred_times_rows", "divide_rows", "exp_nonpositive_loop", "numba_module", "project_out_rows", "sigmoid_loop",
            "softmax_loop")

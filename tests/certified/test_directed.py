@@ -130,3 +130,11 @@ def test_lower_steps_bound_the_exact_value_from_below(name):
     for u, v, g in zip(a, b, got):
         if math.isfinite(g):
             assert Fraction(g) < (Fraction(u) if name == "down" else Fraction(u) - Fraction(v))
+
+
+def test_a_sum_of_one_square_is_einsums_value_bit_for_bit():
+    m = adversarial(np.random.default_rng(6)).reshape(-1, 1)
+    with np.errstate(all="ignore"):
+        assert same_bits(dr.sum_squares(m), np.einsum("...i,...i->...", m, m))
+        m3 = m.reshape(-1)[:4020].reshape(4, 3, 335, 1)
+        assert same_bits(dr.sum_squares(m3), np.einsum("...i,...i->...", m3, m3))

@@ -208,3 +208,15 @@ def test_the_adjoints_row_steps_are_numpys_broadcast_steps_bit_for_bit():
         want = g - c[..., None]
         want *= p
         assert same_bits(kernels.centred_times_rows(g, c, p), want)
+
+
+def test_the_finite_rows_check_gives_numpys_booleans_and_only_narrows():
+    rng = np.random.default_rng(14)
+    a = rng.standard_normal((50, 3, 7))
+    a[3, 1, 2], a[7, 0, 0], a[9, 2, 6], a[11, 0, 3] = np.inf, -np.inf, np.nan, 1.7976931348623157e308
+    a[13] = 5e-324
+    ok = np.ones(50, dtype=bool)
+    ok[20] = False  # a sample already not certified stays so
+    want = ok & np.isfinite(a.reshape(50, -1)).all(axis=1)
+    kernels.and_finite_rows(ok, a)
+    assert np.array_equal(ok, want) and not ok[[3, 7, 9, 20]].any() and ok[[11, 13]].all()
