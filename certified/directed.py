@@ -10,7 +10,7 @@ propagates (an overflowed bound is a valid, useless bound).
 Also the per-model binary64 constants of the error analysis, each an exact Arb point rounded up:
 :func:`gamma_up` (``gamma_n``), :func:`norm_factor_up` / :func:`norm_factor_down` (step 1).
 
-Public API: :data:`UNIT_ROUNDOFF`, :data:`ETA`, :func:`up`, :func:`upn`, :func:`down`, :func:`add_up`, :func:`mul_up`,
+Public API: :data:`UNIT_ROUNDOFF`, :data:`ETA`, :data:`UP_FACTOR`, :data:`ULP_FACTOR`, :func:`up`, :func:`upn`, :func:`down`, :func:`add_up`, :func:`mul_up`,
 :func:`div_up`, :func:`sub_down`, :func:`sqrt_up`, :func:`sqrt_down`, :func:`gamma_up`,
 :func:`float_up`, :func:`norm_up`, :func:`norm_down`, :func:`sq_norm_up`, :func:`sum_squares`, :func:`sum_up`.
 """
@@ -35,7 +35,11 @@ BOUND_PREC = 128
 
 
 _UP = 1.0 + 2.0**-52
+UP_FACTOR = _UP
+"""``1 + 2^-52``: the factor of the upper step ``fl(fl(x (1 + 2^-52)) + eta)`` (for compiled formulas elsewhere)."""
 _ULP = 2.0**-52
+ULP_FACTOR = _ULP
+"""``2^-52``: the relative step of :func:`up` / :func:`down` (for compiled formulas elsewhere)."""
 
 
 def _np_up(x):
@@ -303,6 +307,8 @@ def norms_both(m: np.ndarray, with_sum: bool = False):
 __all__ = (
     "ETA",
     "UNIT_ROUNDOFF",
+    "ULP_FACTOR",
+    "UP_FACTOR",
     "add_up",
     "div_up",
     "down",

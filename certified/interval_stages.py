@@ -23,8 +23,8 @@ import numpy as np
 from specbound.certified import kernels
 from specbound.certified.arb import precision
 from specbound.certified.directed import (
-    UNIT_ROUNDOFF, add_up, div_up, down, float_up, gamma_arb, gamma_up, mul_up, norm_up, norms_both, sq_norm_up,
-    sqrt_up, sub_down, up, upn,
+    ETA, ULP_FACTOR, UNIT_ROUNDOFF, UP_FACTOR, add_up, div_up, down, float_up, gamma_arb, gamma_up, mul_up, norm_up,
+    norms_both, sq_norm_up, sqrt_up, sub_down, up, upn,
 )
 from specbound.certified.elementary import EXP_LOOP_ARGS, exp_error_bound, exp_nonpositive, phi
 from specbound.certified.fast_forward import NotApplicable
@@ -76,6 +76,8 @@ def _linear(delta, norms, blocks, tr, name):
     """Step 2 per block: ``delta sigma + rnd N(m) + TINY``; ``delta``, ``norms`` (...,) -> (..., blocks)."""
     sig = np.array([b.sigma for b in blocks])
     rnd = np.array([b.rnd for b in blocks])
+    if tr is None and kernels.AVAILABLE and np.shape(delta) == np.shape(norms) and np.size(delta) >= kernels.MIN_SIZE:
+        return kernels.linear_radius(delta, norms, sig, rnd, TINY, UP_FACTOR, ETA)  # the same steps, compiled
     lip = _rec(tr, name + ".lip", mul_up(delta[..., None], sig))
     rounding = _rec(tr, name + ".rnd", mul_up(norms[..., None], rnd))
     return _rec(tr, name, add_up(lip, rounding, TINY))
@@ -102,6 +104,8 @@ def _project_program(a: np.ndarray, ok: np.ndarray) -> SimpleNamespace:
 
 def _project_radius(pp: SimpleNamespace, eps: np.ndarray, net: IntervalNetwork, tr, name):
     """Step 9: the row radius after Pi for the pre-Pi radius ``eps``."""
+    if tr is None and kernels.AVAILABLE and np.shape(eps) == np.shape(pp.nu_lo) and np.size(eps) >= kernels.MIN_SIZE:
+        return kernels.project_radius(eps, pp.nu_lo, pp.nu_hi, net.e_pi, TINY, ULP_FACTOR, UP_FACTOR, ETA)
     _rec(tr, name + ".in", pp.a)
     _rec(tr, name + ".in_eps", eps)
     lip = _rec(tr, name + ".lip", div_up(eps, np.maximum(sub_down(pp.nu_lo, eps), 1.0)))
@@ -121,6 +125,9 @@ def _residual_program(a: np.ndarray, m: np.ndarray, ok: np.ndarray, in_place: bo
 
 def _residual_radius(rp: SimpleNamespace, eps_a, delta, tr, name):
     """Step 8: the radius of ``fl(a + m)``."""
+    if (tr is None and kernels.AVAILABLE and np.shape(eps_a) == np.shape(delta) == np.shape(rp.ns)
+            and np.size(eps_a) >= kernels.MIN_SIZE):
+        return kernels.residual_radius(eps_a, delta, rp.ns, _U1, UP_FACTOR, ETA)  # the same steps, compiled
     rounding = _rec(tr, name + ".rnd", mul_up(rp.ns, _U1))
     return _rec(tr, name, add_up(eps_a, delta, rounding))
 

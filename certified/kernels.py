@@ -25,6 +25,7 @@ the constants are frozen into the code).
 
 Public API: :data:`AVAILABLE`, :data:`MIN_SIZE`, :func:`exp_nonpositive_loop`, :func:`softmax_loop`, :func:`sigmoid_loop`,
 :func:`divide_rows`, :func:`project_out_rows`, :func:`centred_times_rows`, :func:`and_finite_rows`,
+:func:`linear_radius`, :func:`project_radius`, :func:`residual_radius`,
 :func:`numba_module`.
 """
 
@@ -178,7 +179,80 @@ def _finite_rows_py(a, ok):
                     break
 
 
+def _linear_radius_py(delta, norms, sig, rnd, tiny, up, eta):
+    out = np.empty((delta.shape[0], sig.shape[0]))
+    for i in range(delta.shape[0]):
+        d, n = delta[i], norms[i]
+        for b in range(sig.shape[0]):
+            lip = (d * sig[b]) * up + eta  # mul_up(delta, sigma)
+            rounding = (n * rnd[b]) * up + eta  # mul_up(N(m), rnd)
+            total = (lip + rounding) * up + eta  # add_up(lip, rounding, TINY), left to right
+            out[i, b] = (total + tiny) * up + eta
+    return out
+
+
+def _project_radius_py(eps, nu_lo, nu_hi, e_pi, tiny, ulp, up, eta):
+    out = np.empty_like(eps)
+    for i in range(eps.shape[0]):
+        e = eps[i]
+        x = nu_lo[i] - e  # sub_down(nu_lo, eps): fl(nu_lo - eps), then the lower step
+        x = (abs(x) * -ulp + x) - eta
+        m = x if not (x < 1.0) else 1.0  # np.maximum(x, 1.0): NaN stays NaN
+        lip = (e / m) * up + eta  # div_up
+        h = nu_hi[i]
+        h = h if not (h > 1.0) else 1.0  # np.minimum(nu_hi, 1.0)
+        rounding = (e_pi * h) * up + eta  # mul_up
+        total = (lip + rounding) * up + eta  # add_up(lip, rounding, TINY), left to right
+        out[i] = (total + tiny) * up + eta
+    return out
+
+
+def _residual_radius_py(eps_a, delta, ns, u1, up, eta):
+    out = np.empty_like(eps_a)
+    for i in range(eps_a.shape[0]):
+        rounding = (ns[i] * u1) * up + eta  # mul_up(N(s), u')
+        total = (eps_a[i] + delta[i]) * up + eta  # add_up(eps_a, delta, rounding), left to right
+        out[i] = (total + rounding) * up + eta
+    return out
+
+
 _divide_rows = _numba.njit(cache=True, nogil=True)(_divide_rows_py) if AVAILABLE else None
+_project_radius = _numba.njit(cache=True, nogil=True)(_project_radius_py) if AVAILABLE else None
+_residual_radius = _numba.njit(cache=True, nogil=True)(_residual_radius_py) if AVAILABLE else None
+
+
+def _flat(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float64).reshape(-1)
+
+
+def project_radius(eps, nu_lo, nu_hi, e_pi: float, tiny: float, ulp: float, up: float, eta: float) -> np.ndarray:
+    """Step 9 of interval_forward.md, ``add_up(div_up(eps, max(sub_down(nu_lo, eps), 1)), mul_up(e_Pi,
+    min(nu_hi, 1)), tiny)`` with the directed steps of certified/directed.py (its constants passed in), arrays of
+    one shape: the same operations in the same order as ``interval_stages._project_radius``.  Needs
+    :data:`AVAILABLE`."""
+    shape = np.shape(eps)
+    return _project_radius(_flat(eps), _flat(nu_lo), _flat(nu_hi), float(e_pi), float(tiny), float(ulp),
+                           float(up), float(eta)).reshape(shape)
+
+
+def residual_radius(eps_a, delta, ns, u1: float, up: float, eta: float) -> np.ndarray:
+    """Step 8, ``add_up(eps_a, delta, mul_up(N(s), u'))``, arrays of one shape: the same operations in the same
+    order as ``interval_stages._residual_radius``.  Needs :data:`AVAILABLE`."""
+    shape = np.shape(eps_a)
+    return _residual_radius(_flat(eps_a), _flat(delta), _flat(ns), float(u1), float(up), float(eta)).reshape(shape)
+_linear_radius = _numba.njit(cache=True, nogil=True)(_linear_radius_py) if AVAILABLE else None
+
+
+def linear_radius(delta: np.ndarray, norms: np.ndarray, sig: np.ndarray, rnd: np.ndarray, tiny: float, up: float,
+                  eta: float) -> np.ndarray:
+    """Step 2 of interval_forward.md per block, ``add_up(mul_up(delta, sigma_b), mul_up(N(m), rnd_b), tiny)``
+    with the directed steps ``fl(fl(x up) + eta)`` of certified/directed.py (its constants passed in): the same
+    operations in the same order as ``interval_stages._linear``'s numpy program, so the same bits; ``delta``,
+    ``norms`` (...,) of one shape -> (..., blocks).  Needs :data:`AVAILABLE`."""
+    flat_d = np.ascontiguousarray(delta, dtype=np.float64).reshape(-1)
+    flat_n = np.ascontiguousarray(norms, dtype=np.float64).reshape(-1)
+    out = _linear_radius(flat_d, flat_n, sig, rnd, float(tiny), float(up), float(eta))
+    return out.reshape(*np.shape(delta), sig.shape[0])
 _finite_rows = _numba.njit(cache=True, nogil=True)(_finite_rows_py) if AVAILABLE else None
 
 
@@ -258,5 +332,5 @@ def sigmoid_loop(y: np.ndarray, coeffs: np.ndarray, clamp: float, inv_ln2: float
     return _loops(coeffs, clamp, inv_ln2, ln2_hi, ln2_lo)[1](flat).reshape(np.shape(y))
 
 
-__all__ = ("AVAILABLE", "MIN_SIZE", "and_finite_rows", "centred_times_rows", "divide_rows", "exp_nonpositive_loop", "numba_module", "project_out_rows", "sigmoid_loop",
+__all__ = ("AVAILABLE", "MIN_SIZE", "and_finite_rows", "centred_times_rows", "divide_rows", "exp_nonpositive_loop", "linear_radius", "numba_module", "project_out_rows", "project_radius", "residual_radius", "sigmoid_loop",
            "softmax_loop")

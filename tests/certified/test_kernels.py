@@ -220,3 +220,38 @@ def test_the_finite_rows_check_gives_numpys_booleans_and_only_narrows():
     want = ok & np.isfinite(a.reshape(50, -1)).all(axis=1)
     kernels.and_finite_rows(ok, a)
     assert np.array_equal(ok, want) and not ok[[3, 7, 9, 20]].any() and ok[[11, 13]].all()
+
+
+def test_the_linear_stage_radius_is_the_numpy_programs_bits():
+    # interval_forward.md step 2: add_up(mul_up(delta, sigma_b), mul_up(N(m), rnd_b), TINY) per block
+    from specbound.certified.directed import ETA, UP_FACTOR, add_up, mul_up
+    from specbound.certified.interval_stages import TINY
+
+    rng = np.random.default_rng(15)
+    delta = np.abs(rng.standard_normal((30, 17))) * 10.0 ** rng.uniform(-320, 300, (30, 17))
+    norms = np.abs(rng.standard_normal((30, 17))) * 10.0 ** rng.uniform(-320, 300, (30, 17))
+    delta[0, :3], norms[1, :3] = [0.0, np.inf, np.nan], [0.0, 5e-324, 1.7976931348623157e308]
+    sig, rnd = np.array([3.5, 1e-300, 0.0]), np.array([2.2e-16, 4.4e-16, 1.0])
+    with np.errstate(all="ignore"):
+        want = add_up(mul_up(delta[..., None], sig), mul_up(norms[..., None], rnd), TINY)
+        assert same_bits(kernels.linear_radius(delta, norms, sig, rnd, TINY, UP_FACTOR, ETA), want)
+
+
+def test_the_projection_and_residual_radii_are_the_numpy_programs_bits():
+    # interval_forward.md steps 9 and 8, evaluated by the numpy programs (a trace forces them) and compiled
+    from types import SimpleNamespace
+
+    from specbound.certified.interval_stages import _project_radius, _residual_radius
+
+    rng = np.random.default_rng(16)
+    shape = (40, 17)
+    eps = np.abs(rng.standard_normal(shape)) * 10.0 ** rng.uniform(-320, 2, shape)
+    nu_lo = np.abs(rng.standard_normal(shape)) * 10.0 ** rng.uniform(-3, 3, shape)
+    nu_hi = nu_lo * (1 + 1e-15) + 1e-300
+    eps[0, :4], nu_lo[1, :4], nu_hi[2, :4] = [0.0, np.inf, np.nan, 1e308], [np.nan, 1.0, 0.0, np.inf], [np.nan, 1.0, 0.0, 1e-320]
+    pp = SimpleNamespace(a=np.zeros(shape + (3,)), nu_lo=nu_lo, nu_hi=nu_hi)
+    net = SimpleNamespace(e_pi=3.3e-16)
+    rp = SimpleNamespace(ns=nu_hi)
+    with np.errstate(all="ignore"):
+        assert same_bits(_project_radius(pp, eps, net, None, "pi"), _project_radius(pp, eps, net, {}, "pi"))
+        assert same_bits(_residual_radius(rp, eps, nu_lo, None, "res"), _residual_radius(rp, eps, nu_lo, {}, "res"))
