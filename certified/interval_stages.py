@@ -238,6 +238,9 @@ def softmax_program(s: np.ndarray, causal: bool) -> np.ndarray:
 def _softmax_errors(S, T: int, d: int, tr):
     """Step 5 per row from the score magnitude S: (eta_p, lambda, rows not certified)."""
     eta_exp, g_T, T_alpha, _, _, _ = _softmax_constants(T, d)
+    if tr is None and kernels.AVAILABLE and np.size(S) >= kernels.MIN_SIZE:  # the same steps, compiled
+        return kernels.softmax_errors(S, 2.0 * _U, up(1.0 + eta_exp), eta_exp, g_T, T_alpha, _U, 1.0 - _U,
+                                      ULP_FACTOR, UP_FACTOR, ETA)
     a_ = mul_up(S, 2.0 * _U)
     eta1 = _rec(tr, "eta1", add_up(mul_up(div_up(a_, sub_down(1.0, a_)), up(1.0 + eta_exp)), eta_exp))
     beta = _rec(tr, "beta", add_up(eta1, mul_up(add_up(1.0, eta1), g_T), T_alpha))

@@ -25,7 +25,7 @@ the constants are frozen into the code).
 
 Public API: :data:`AVAILABLE`, :data:`MIN_SIZE`, :func:`exp_nonpositive_loop`, :func:`softmax_loop`, :func:`sigmoid_loop`,
 :func:`divide_rows`, :func:`project_out_rows`, :func:`centred_times_rows`, :func:`and_finite_rows`,
-:func:`linear_radius`, :func:`project_radius`, :func:`residual_radius`,
+:func:`linear_radius`, :func:`project_radius`, :func:`residual_radius`, :func:`softmax_errors`,
 :func:`numba_module`.
 """
 
@@ -216,7 +216,50 @@ def _residual_radius_py(eps_a, delta, ns, u1, up, eta):
     return out
 
 
+def _softmax_errors_py(S, two_u, exp_up, eta_exp, g_T, T_alpha, u, one_minus_u, ulp, up, eta):
+    n = S.shape[0]
+    eta_p, lam, bad = np.empty(n), np.empty(n), np.empty(n, dtype=np.bool_)
+    for i in range(n):
+        a = (S[i] * two_u) * up + eta  # mul_up(S, 2u)
+        x = 1.0 - a  # sub_down(1, a)
+        x = (abs(x) * -ulp + x) - eta
+        q = (a / x) * up + eta  # div_up
+        q = (q * exp_up) * up + eta  # mul_up(., up(1 + eta_exp))
+        eta1 = (q + eta_exp) * up + eta  # add_up(., eta_exp)
+        one_eta1 = (1.0 + eta1) * up + eta  # add_up(1, eta1)
+        t = (one_eta1 * g_T) * up + eta  # mul_up(., gamma_T)
+        beta = (eta1 + t) * up + eta  # add_up(eta1, ., T alpha'), left to right
+        beta = (beta + T_alpha) * up + eta
+        bad[i] = not ((a < 0.5) and (beta < 0.5))
+        t = (one_eta1 * u) * up + eta  # mul_up(add_up(1, eta1), u)
+        num = (eta1 + t) * up + eta  # add_up(eta1, ., beta, T alpha')
+        num = (num + beta) * up + eta
+        num = (num + T_alpha) * up + eta
+        y = 1.0 - beta  # sub_down(1, beta)
+        y = (abs(y) * -ulp + y) - eta
+        eta_p[i] = (num / y) * up + eta  # div_up
+        z = 1.0 - eta1  # sub_down(1, eta1)
+        z = (abs(z) * -ulp + z) - eta
+        z = z * one_minus_u  # fl(. (1 - u)), then down
+        z = (abs(z) * -ulp + z) - eta
+        one_beta = (1.0 + beta) * up + eta  # add_up(1, beta)
+        lam[i] = (one_beta / z) * up + eta  # div_up
+    return eta_p, lam, bad
+
+
 _divide_rows = _numba.njit(cache=True, nogil=True)(_divide_rows_py) if AVAILABLE else None
+_softmax_errors = _numba.njit(cache=True, nogil=True)(_softmax_errors_py) if AVAILABLE else None
+
+
+def softmax_errors(S, two_u: float, exp_up: float, eta_exp: float, g_T: float, T_alpha: float, u: float,
+                   one_minus_u: float, ulp: float, up: float, eta: float):
+    """Step 5 of interval_forward.md per row from the score magnitude ``S``: ``(eta_p, lambda, bad)`` by the same
+    operations in the same order as ``interval_stages._softmax_errors`` (its constants passed in).  Needs
+    :data:`AVAILABLE`."""
+    shape = np.shape(S)
+    eta_p, lam, bad = _softmax_errors(np.ascontiguousarray(S, dtype=np.float64).reshape(-1), *map(float, (
+        two_u, exp_up, eta_exp, g_T, T_alpha, u, one_minus_u, ulp, up, eta)))
+    return eta_p.reshape(shape), lam.reshape(shape), bad.reshape(shape)
 _project_radius = _numba.njit(cache=True, nogil=True)(_project_radius_py) if AVAILABLE else None
 _residual_radius = _numba.njit(cache=True, nogil=True)(_residual_radius_py) if AVAILABLE else None
 
@@ -332,5 +375,5 @@ def sigmoid_loop(y: np.ndarray, coeffs: np.ndarray, clamp: float, inv_ln2: float
     return _loops(coeffs, clamp, inv_ln2, ln2_hi, ln2_lo)[1](flat).reshape(np.shape(y))
 
 
-__all__ = ("AVAILABLE", "MIN_SIZE", "and_finite_rows", "centred_times_rows", "divide_rows", "exp_nonpositive_loop", "linear_radius", "numba_module", "project_out_rows", "project_radius", "residual_radius", "sigmoid_loop",
+__all__ = ("AVAILABLE", "MIN_SIZE", "and_finite_rows", "centred_times_rows", "divide_rows", "exp_nonpositive_loop", "linear_radius", "numba_module", "project_out_rows", "project_radius", "residual_radius", "softmax_errors", "sigmoid_loop",
            "softmax_loop")

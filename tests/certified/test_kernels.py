@@ -255,3 +255,17 @@ def test_the_projection_and_residual_radii_are_the_numpy_programs_bits():
     with np.errstate(all="ignore"):
         assert same_bits(_project_radius(pp, eps, net, None, "pi"), _project_radius(pp, eps, net, {}, "pi"))
         assert same_bits(_residual_radius(rp, eps, nu_lo, None, "res"), _residual_radius(rp, eps, nu_lo, {}, "res"))
+
+
+def test_the_softmax_error_terms_are_the_numpy_programs_bits():
+    # interval_forward.md step 5 per row from the score magnitude S: eta_p, lambda and the rows not certified
+    from specbound.certified.interval_stages import _softmax_errors
+
+    rng = np.random.default_rng(17)
+    S = np.abs(rng.standard_normal((64, 9))) * 10.0 ** rng.uniform(-320, 16, (64, 9))
+    S[0, :6] = [0.0, np.inf, np.nan, 2.0**50, 2.0**51, 1e308]
+    for T, d in ((17, 1), (5, 64)):
+        with np.errstate(all="ignore"):
+            got, want = _softmax_errors(S, T, d, None), _softmax_errors(S, T, d, {})
+        assert same_bits(got[0], want[0]) and same_bits(got[1], want[1]) and np.array_equal(got[2], want[2])
+        assert got[2][0, [1, 2, 4, 5]].all()  # infinite, NaN and huge (2u S >= 1/2) magnitudes: not certified
