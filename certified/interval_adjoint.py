@@ -22,7 +22,8 @@ import numpy as np
 
 from specbound.certified import kernels
 from specbound.certified.directed import (
-    add_up, div_up, down, gamma_up, mul_up, norm_up, sq_norm_up, sqrt_up, sub_down, sum_up, up,
+    ETA, ULP_FACTOR, UP_FACTOR, add_up, div_up, down, gamma_up, mul_up, norm_up, sq_norm_up, sqrt_up, sub_down, sum_up,
+    up,
 )
 from specbound.certified.interval_forward import IntervalPass, prepare
 from specbound.certified.interval_stages import (
@@ -75,6 +76,10 @@ def _iota(pp: SimpleNamespace) -> np.ndarray:
 def _pi_remainder(net: IntervalNetwork, pp: SimpleNamespace, D, seg, pre0, tr, kind: str) -> np.ndarray:
     """Step 4.3: the bound of ``Pi(a + D) - Pi(a) - J_Pi D`` per row for ``|D| <= D`` and a segment
     ``[a, a + D]`` within ``seg`` of the computed pre-Pi row (``|a - a_hat| <= pre0``)."""
+    if (tr is None and kernels.AVAILABLE and np.size(D) >= kernels.MIN_SIZE
+            and np.shape(D) == np.shape(seg) == np.shape(pre0) == np.shape(pp.nu)):
+        return kernels.pi_remainder(pp.nu, pp.nu_lo, pp.nu_hi, D, seg, pre0, net.c_pi, _INV_SQRT3, _SQRT2,
+                                    ULP_FACTOR, UP_FACTOR, ETA)  # the same steps, compiled
     _rec(tr, kind + ".pi.D", D)
     nu0 = _rec(tr, kind + ".pi.nu0", sub_down(pp.nu_lo, seg))
     sphere = (pp.nu > 1.0) & (nu0 > 1.0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 from flint import arb
@@ -308,7 +308,7 @@ class IntervalNetwork:
     e_pi: float
     r_pi: float
 
-    @property
+    @cached_property  # an Arb evaluation, read in every refined stage (a frozen dataclass keeps it in __dict__)
     def c_pi(self) -> float:
         """``c_Pi = 4 e_Pi + tau >= ||D Pi(a_hat) - J_Pi||`` (interval_adjoint.md step 4.2), rounded up."""
         with precision(BOUND_PREC):

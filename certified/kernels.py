@@ -25,7 +25,7 @@ the constants are frozen into the code).
 
 Public API: :data:`AVAILABLE`, :data:`MIN_SIZE`, :func:`exp_nonpositive_loop`, :func:`softmax_loop`, :func:`sigmoid_loop`,
 :func:`divide_rows`, :func:`project_out_rows`, :func:`centred_times_rows`, :func:`and_finite_rows`,
-:func:`linear_radius`, :func:`project_radius`, :func:`residual_radius`, :func:`softmax_errors`,
+:func:`linear_radius`, :func:`project_radius`, :func:`residual_radius`, :func:`softmax_errors`, :func:`pi_remainder`,
 :func:`numba_module`.
 """
 
@@ -247,7 +247,45 @@ def _softmax_errors_py(S, two_u, exp_up, eta_exp, g_T, T_alpha, u, one_minus_u, 
     return eta_p, lam, bad
 
 
+def _pi_remainder_py(nu, nu_lo, nu_hi, D, seg, pre0, c_pi, inv_sqrt3, sqrt2, ulp, up, eta):
+    out = np.empty_like(D)
+    for i in range(D.shape[0]):
+        x = nu_lo[i] - seg[i]  # sub_down(nu_lo, seg)
+        nu0 = (abs(x) * -ulp + x) - eta
+        sphere = nu[i] > 1.0 and nu0 > 1.0
+        h = (nu_hi[i] + seg[i]) * up + eta  # add_up(nu_hi, seg)
+        ident = nu[i] <= 1.0 and h <= 1.0
+        d = D[i]
+        if sphere:
+            y = nu0 * nu0  # down(fl(nu0 nu0))
+            nu0sq = (abs(y) * -ulp + y) - eta
+            q = (d * d) * up + eta  # mul_up(mul_up(D, D), 1/sqrt3), div_up(., nu0sq)
+            q = (q * inv_sqrt3) * up + eta
+            quad = (q / nu0sq) * up + eta
+            t = (pre0[i] * sqrt2) * up + eta  # mul_up(pre0, sqrt2), div_up(., nu0sq), add_up(., c_Pi), mul_up(., D)
+            t = (t / nu0sq) * up + eta
+            t = (t + c_pi) * up + eta
+            lin = (t * d) * up + eta
+            out[i] = (quad + lin) * up + eta  # add_up(quad, lin)
+        elif ident:
+            out[i] = 0.0
+        else:
+            out[i] = (d * 2.0) * up + eta  # mul_up(D, 2)
+    return out
+
+
 _divide_rows = _numba.njit(cache=True, nogil=True)(_divide_rows_py) if AVAILABLE else None
+_pi_remainder = _numba.njit(cache=True, nogil=True)(_pi_remainder_py) if AVAILABLE else None
+
+
+def pi_remainder(nu, nu_lo, nu_hi, D, seg, pre0, c_pi: float, inv_sqrt3: float, sqrt2: float, ulp: float, up: float,
+                 eta: float) -> np.ndarray:
+    """Step 4.3 of interval_adjoint.md per row (arrays of one shape), by the same operations in the same order as
+    ``interval_adjoint._pi_remainder``'s numpy program on the branch each row takes (its constants passed in).
+    Needs :data:`AVAILABLE`."""
+    shape = np.shape(D)
+    args = (_flat(nu), _flat(nu_lo), _flat(nu_hi), _flat(D), _flat(seg), _flat(pre0))
+    return _pi_remainder(*args, *map(float, (c_pi, inv_sqrt3, sqrt2, ulp, up, eta))).reshape(shape)
 _softmax_errors = _numba.njit(cache=True, nogil=True)(_softmax_errors_py) if AVAILABLE else None
 
 
@@ -375,5 +413,5 @@ def sigmoid_loop(y: np.ndarray, coeffs: np.ndarray, clamp: float, inv_ln2: float
     return _loops(coeffs, clamp, inv_ln2, ln2_hi, ln2_lo)[1](flat).reshape(np.shape(y))
 
 
-__all__ = ("AVAILABLE", "MIN_SIZE", "and_finite_rows", "centred_times_rows", "divide_rows", "exp_nonpositive_loop", "linear_radius", "numba_module", "project_out_rows", "project_radius", "residual_radius", "softmax_errors", "sigmoid_loop",
+__all__ = ("AVAILABLE", "MIN_SIZE", "and_finite_rows", "centred_times_rows", "divide_rows", "exp_nonpositive_loop", "linear_radius", "numba_module", "pi_remainder", "project_out_rows", "project_radius", "residual_radius", "softmax_errors", "sigmoid_loop",
            "softmax_loop")

@@ -269,3 +269,26 @@ def test_the_softmax_error_terms_are_the_numpy_programs_bits():
             got, want = _softmax_errors(S, T, d, None), _softmax_errors(S, T, d, {})
         assert same_bits(got[0], want[0]) and same_bits(got[1], want[1]) and np.array_equal(got[2], want[2])
         assert got[2][0, [1, 2, 4, 5]].all()  # infinite, NaN and huge (2u S >= 1/2) magnitudes: not certified
+
+
+def test_the_projection_remainder_is_the_numpy_programs_bits_on_every_branch():
+    # interval_adjoint.md step 4.3: rows on the sphere, inside the ball (identity), and in between
+    from types import SimpleNamespace
+
+    from specbound.certified.interval_adjoint import _pi_remainder
+
+    rng = np.random.default_rng(18)
+    shape = (50, 17)
+    nu = np.abs(rng.standard_normal(shape)) * 10.0 ** rng.uniform(-2, 2, shape)
+    nu[0, :4] = [1.0, np.nextafter(1.0, 2.0), np.nan, np.inf]
+    pp = SimpleNamespace(nu=nu, nu_lo=nu * (1 - 1e-15), nu_hi=nu * (1 + 1e-15) + 1e-300)
+    D = np.abs(rng.standard_normal(shape)) * 10.0 ** rng.uniform(-300, 0, shape)
+    seg = np.abs(rng.standard_normal(shape)) * 10.0 ** rng.uniform(-20, 0, shape)
+    pre0 = np.abs(rng.standard_normal(shape)) * 1e-12
+    D[1, :3], seg[2, :3] = [np.inf, np.nan, 0.0], [np.inf, np.nan, 0.0]
+    net = SimpleNamespace(c_pi=1.7763568394002505e-15)
+    with np.errstate(all="ignore"):
+        got = _pi_remainder(net, pp, D, seg, pre0, None, "att")
+        want = _pi_remainder(net, pp, D, seg, pre0, {}, "att")
+    assert same_bits(got, want)
+    assert (got == 0).any() and (got > 0).any()  # both the identity and the other branches occur
