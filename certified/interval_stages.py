@@ -180,7 +180,10 @@ def _keymax(a: np.ndarray, causal: bool, Tq: int) -> np.ndarray:
     """Max over the key set of each query row: ``a`` (B, T, ...) with the keys on axis 1 -> (B, Tq, ...) or
     (B, 1, ...); prefix maxima when causal and every row is a query (row t keeps keys s <= t), else the max
     over all keys.  (Axis 1 of the per-row layout: the reduction runs over whole contiguous rows.)"""
-    if causal and Tq == a.shape[1] and Tq > 1:
+    prefix = causal and Tq == a.shape[1] and Tq > 1
+    if kernels.AVAILABLE and a.size >= kernels.MIN_SIZE and a.ndim >= 2:
+        return kernels.key_max(a, prefix)  # the same maxima, one pass without the transposed copy
+    if prefix:
         return np.maximum.accumulate(a, axis=1)
     # keys first and contiguous: numpy then reduces whole rows at a time (a strided axis-1 max over few
     # groups runs element by element, several times slower)

@@ -25,7 +25,7 @@ the constants are frozen into the code).
 
 Public API: :data:`AVAILABLE`, :data:`MIN_SIZE`, :func:`exp_nonpositive_loop`, :func:`softmax_loop`, :func:`sigmoid_loop`,
 :func:`divide_rows`, :func:`project_out_rows`, :func:`centred_times_rows`, :func:`and_finite_rows`,
-:func:`linear_radius`, :func:`project_radius`, :func:`residual_radius`, :func:`softmax_errors`, :func:`pi_remainder`,
+:func:`linear_radius`, :func:`project_radius`, :func:`residual_radius`, :func:`softmax_errors`, :func:`pi_remainder`, :func:`key_max`,
 :func:`numba_module`.
 """
 
@@ -274,7 +274,39 @@ def _pi_remainder_py(nu, nu_lo, nu_hi, D, seg, pre0, c_pi, inv_sqrt3, sqrt2, ulp
     return out
 
 
+def _key_max_py(a, prefix):
+    B, T, K = a.shape
+    out = np.empty((B, T if prefix else 1, K))
+    for b in range(B):
+        for k in range(K):
+            m = a[b, 0, k]
+            if prefix:
+                out[b, 0, k] = m
+            for t in range(1, T):
+                x = a[b, t, k]
+                if m != m or x != x:  # NaN propagates, as numpy's maximum
+                    m = m if m != m else x
+                elif x > m:
+                    m = x
+                if prefix:
+                    out[b, t, k] = m
+            if not prefix:
+                out[b, 0, k] = m
+    return out
+
+
 _divide_rows = _numba.njit(cache=True, nogil=True)(_divide_rows_py) if AVAILABLE else None
+_key_max = _numba.njit(cache=True, nogil=True)(_key_max_py) if AVAILABLE else None
+
+
+def key_max(a: np.ndarray, prefix: bool) -> np.ndarray:
+    """The max over axis 1 of ``a`` (B, T, ...) as (B, 1, ...), or (``prefix``) the running max (B, T, ...), NaN
+    propagating: numpy's ``max`` / ``maximum.accumulate`` over the keys.  A maximum is exact, so the value is
+    numpy's for every input without ties between -0 and +0 (the radius formulas pass positive bounds, >= eta, or
+    NaN).  Needs :data:`AVAILABLE`."""
+    B, T = a.shape[:2]
+    flat = np.ascontiguousarray(a, dtype=np.float64).reshape(B, T, -1)
+    return _key_max(flat, bool(prefix)).reshape((B, T if prefix else 1) + a.shape[2:])
 _pi_remainder = _numba.njit(cache=True, nogil=True)(_pi_remainder_py) if AVAILABLE else None
 
 
@@ -413,5 +445,5 @@ def sigmoid_loop(y: np.ndarray, coeffs: np.ndarray, clamp: float, inv_ln2: float
     return _loops(coeffs, clamp, inv_ln2, ln2_hi, ln2_lo)[1](flat).reshape(np.shape(y))
 
 
-__all__ = ("AVAILABLE", "MIN_SIZE", "and_finite_rows", "centred_times_rows", "divide_rows", "exp_nonpositive_loop", "linear_radius", "numba_module", "pi_remainder", "project_out_rows", "project_radius", "residual_radius", "softmax_errors", "sigmoid_loop",
+__all__ = ("AVAILABLE", "MIN_SIZE", "and_finite_rows", "centred_times_rows", "divide_rows", "exp_nonpositive_loop", "key_max", "linear_radius", "numba_module", "pi_remainder", "project_out_rows", "project_radius", "residual_radius", "softmax_errors", "sigmoid_loop",
            "softmax_loop")

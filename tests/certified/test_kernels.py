@@ -292,3 +292,14 @@ def test_the_projection_remainder_is_the_numpy_programs_bits_on_every_branch():
         want = _pi_remainder(net, pp, D, seg, pre0, {}, "att")
     assert same_bits(got, want)
     assert (got == 0).any() and (got > 0).any()  # both the identity and the other branches occur
+
+
+@pytest.mark.parametrize("prefix", [False, True])
+def test_key_maxima_are_numpys(prefix):
+    rng = np.random.default_rng(19)
+    a = np.abs(rng.standard_normal((20, 17, 2, 3))) * 10.0 ** rng.uniform(-320, 300, (20, 17, 2, 3))
+    a[0, 3, 1, 2], a[1, 0, 0, 0], a[2, 16, 1, 1], a[3, 5, 0, 1] = np.nan, np.inf, np.nan, 5e-324
+    a[4, :, 0, 0] = 2.5  # ties
+    with np.errstate(all="ignore"):
+        want = np.maximum.accumulate(a, axis=1) if prefix else a.max(axis=1, keepdims=True)
+        assert same_bits(kernels.key_max(a, prefix), want)
