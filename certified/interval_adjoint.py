@@ -27,7 +27,7 @@ from specbound.certified.directed import (
 )
 from specbound.certified.interval_forward import IntervalPass, prepare
 from specbound.certified.interval_stages import (
-    TINY, _keymax, _to_heads, attention_stage_radius, ff_stage_radius, swap_rotation,
+    TINY, _keymax, _scores, _to_heads, attention_stage_radius, ff_stage_radius, swap_rotation,
 )
 from specbound.certified.interval_network import IntervalLayer, IntervalNetwork
 from specbound.certified.sigmoid import derivative
@@ -277,7 +277,7 @@ def _att_backward(net: IntervalNetwork, lay: IntervalLayer, st, ga: np.ndarray, 
         vh, kh = vh[:, grp], kh[:, grp]
     qh, p = ap.q.transpose(0, 2, 1, 3), ap.p
     gv = p.transpose(0, 1, 3, 2) @ gh
-    gp = gh @ vh.transpose(0, 1, 3, 2)
+    gp = _scores(gh, vh.transpose(0, 1, 3, 2))  # gh @ vh^T (a compiled outer product at dv = 1)
     c = np.einsum("bhts,bhts->bht", p, gp)
     if kernels.AVAILABLE and gp.size >= kernels.MIN_SIZE:  # the same two steps per entry, compiled
         gs = kernels.centred_times_rows(gp, c, p)

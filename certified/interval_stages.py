@@ -207,6 +207,15 @@ def _causal_keep(T: int, Tq: int) -> np.ndarray:
     return (np.arange(T)[None, :] <= t).astype(np.float64)
 
 
+def _scores(qh: np.ndarray, kh: np.ndarray) -> np.ndarray:
+    """``qh @ kh`` per head (B, H, Tq, d) x (B, H, d, T); at ``d = 1`` a compiled outer product (one product per
+    entry, numpy's bits)."""
+    if kernels.AVAILABLE and qh.shape[-1] == 1 and qh.shape == qh.shape[:-2] + (qh.shape[-2], 1) \
+            and kh.shape[:-2] == qh.shape[:-2] and qh.size * kh.shape[-1] >= kernels.MIN_SIZE:
+        return kernels.outer(qh, kh)
+    return qh @ kh
+
+
 def _softmax(s: np.ndarray, causal: bool) -> np.ndarray:
     """The program of fast_forward.md steps 5.3-5.5 and 10 on scores (B, H, Tq, T) (:func:`softmax_program`;
     on large arrays its compiled loop, :mod:`specbound.certified.kernels`, the same bits)."""
@@ -292,7 +301,7 @@ def _attention_program(net: IntervalNetwork, lay: IntervalLayer, x, nx, last: bo
     vaug = np.concatenate([v, Vsq[..., None]], axis=-1).transpose(0, 2, 1, 3)
     if not same:
         kh, vaug = kh[:, grp], vaug[:, grp]
-    ap.p = _softmax(qh @ kh, net.causal)  # (B, H, Tq, T)
+    ap.p = _softmax(_scores(qh, kh), net.causal)  # (B, H, Tq, T)
     hh = ap.p @ vaug
     ap.h, ap.A = hh[..., :dv], hh[..., dv]
     ap.Hn, ap.Hlo = norms_both(ap.h)

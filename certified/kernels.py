@@ -25,7 +25,7 @@ the constants are frozen into the code).
 
 Public API: :data:`AVAILABLE`, :data:`MIN_SIZE`, :func:`exp_nonpositive_loop`, :func:`softmax_loop`, :func:`sigmoid_loop`,
 :func:`divide_rows`, :func:`project_out_rows`, :func:`centred_times_rows`, :func:`and_finite_rows`,
-:func:`linear_radius`, :func:`project_radius`, :func:`residual_radius`, :func:`softmax_errors`, :func:`pi_remainder`, :func:`key_max`,
+:func:`linear_radius`, :func:`project_radius`, :func:`residual_radius`, :func:`softmax_errors`, :func:`pi_remainder`, :func:`key_max`, :func:`outer`,
 :func:`numba_module`.
 """
 
@@ -295,7 +295,31 @@ def _key_max_py(a, prefix):
     return out
 
 
+def _outer_py(a, b):
+    n, T = a.shape
+    S = b.shape[1]
+    out = np.empty((n, T, S))
+    for i in range(n):
+        for t in range(T):
+            x = a[i, t]
+            for j in range(S):
+                out[i, t, j] = x * b[i, j] + 0.0  # a matrix product's sum starts at +0: -0 products give +0
+    return out
+
+
 _divide_rows = _numba.njit(cache=True, nogil=True)(_divide_rows_py) if AVAILABLE else None
+_outer = _numba.njit(cache=True, nogil=True)(_outer_py) if AVAILABLE else None
+
+
+def outer(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` for stacks of columns ``a`` (..., T, 1) and rows ``b`` (..., 1, S) of one stack shape: each entry is
+    ``fl(0 + fl(a b))``, one correctly rounded product added to the zero a matrix product's sum starts from (so a
+    -0 product gives +0; with a fused multiply-add the same value), numpy's bits without its per-matrix call.
+    Needs :data:`AVAILABLE`."""
+    stack, T, S = a.shape[:-2], a.shape[-2], b.shape[-1]
+    out = _outer(np.ascontiguousarray(a, dtype=np.float64).reshape(-1, T),
+                 np.ascontiguousarray(b, dtype=np.float64).reshape(-1, S))
+    return out.reshape(*stack, T, S)
 _key_max = _numba.njit(cache=True, nogil=True)(_key_max_py) if AVAILABLE else None
 
 
@@ -445,5 +469,5 @@ def sigmoid_loop(y: np.ndarray, coeffs: np.ndarray, clamp: float, inv_ln2: float
     return _loops(coeffs, clamp, inv_ln2, ln2_hi, ln2_lo)[1](flat).reshape(np.shape(y))
 
 
-__all__ = ("AVAILABLE", "MIN_SIZE", "and_finite_rows", "centred_times_rows", "divide_rows", "exp_nonpositive_loop", "key_max", "linear_radius", "numba_module", "pi_remainder", "project_out_rows", "project_radius", "residual_radius", "softmax_errors", "sigmoid_loop",
+__all__ = ("AVAILABLE", "MIN_SIZE", "and_finite_rows", "centred_times_rows", "divide_rows", "exp_nonpositive_loop", "key_max", "linear_radius", "numba_module", "outer", "pi_remainder", "project_out_rows", "project_radius", "residual_radius", "softmax_errors", "sigmoid_loop",
            "softmax_loop")

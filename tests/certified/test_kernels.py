@@ -303,3 +303,12 @@ def test_key_maxima_are_numpys(prefix):
     with np.errstate(all="ignore"):
         want = np.maximum.accumulate(a, axis=1) if prefix else a.max(axis=1, keepdims=True)
         assert same_bits(kernels.key_max(a, prefix), want)
+
+
+def test_outer_products_are_numpys_matrix_products_with_one_inner_entry():
+    rng = np.random.default_rng(20)
+    a = rng.standard_normal((5, 3, 17, 1)) * 10.0 ** rng.uniform(-200, 200, (5, 3, 17, 1))
+    b = rng.standard_normal((5, 3, 1, 11)) * 10.0 ** rng.uniform(-200, 200, (5, 3, 1, 11))
+    a[0, 0, :4, 0], b[1, 1, 0, :4] = [0.0, -0.0, np.inf, np.nan], [-0.0, 5e-324, -np.inf, 1e308]
+    with np.errstate(all="ignore"):
+        assert same_bits(kernels.outer(a, b), a @ b)
