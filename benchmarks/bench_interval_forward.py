@@ -19,13 +19,13 @@ samples redone in Arb and whether any of them lies at least 1e-6 from every thre
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_interval_forward.py [CKPT ...] [--n 4096] [--reps 5]
 
-Measured (one run, n = 4096, 7 reps, load average 0.7-1.0 on 2 cores; CPU time, wall within 1%; ratio to the
+Measured (one run, n = 4096, 7 reps, load average 0.8-1.0 on 2 cores; CPU time, wall within 1%; ratio to the
 fastest float forward; width max radius / (1 + |margin|) after the refinement; compiled loops on; README (e)):
-  toy L2 N32 d_h 1 d_ff 2        per-layer 56,900/s 2.21x   certified 58,107/s 2.17x   0.05% refined  7.3e-10
-  (a) L4 N64 d_h 1 residual      per-layer 17,164/s 1.98x   certified 10,884/s 3.12x   100% refined   9.8e-10
-  (b) L4 H4 N64 d_h 16 d_ff 128  per-layer  4,188/s 1.29x   certified  3,817/s 1.42x   99.2% refined  9.6e-10
-  (c) LS L2 H4 N32 SiLU          per-layer 17,640/s 1.65x   certified 15,174/s 1.92x   100% refined   7.1e-10
-  ((a) alone, five runs of the same code: 2.93-3.05x.)
+  toy L2 N32 d_h 1 d_ff 2        per-layer 71,760/s 1.82x   certified 66,717/s 1.95x   0.05% refined  7.3e-10
+  (a) L4 N64 d_h 1 residual      per-layer 19,911/s 1.83x   certified 12,545/s 2.90x   100% refined   9.8e-10
+  (b) L4 H4 N64 d_h 16 d_ff 128  per-layer  4,064/s 1.36x   certified  3,518/s 1.57x   99.2% refined  9.6e-10
+  (c) LS L2 H4 N32 SiLU          per-layer 17,389/s 1.60x   certified 14,503/s 1.92x   100% refined   7.1e-10
+  ((a) alone, three runs of the same code: 2.87-2.94x.)
   no sample redone in Arb by the route on any of them.
 
 The toy (L2 N32 d_h 1 d_ff 2) is --toy PATH, by default specbound/data/toy.safetensors when it exists, else
