@@ -25,7 +25,7 @@ from specbound.certified.directed import (
     ETA, ULP_FACTOR, UP_FACTOR, add_up, div_up, down, gamma_up, mul_up, norm_up, sq_norm_up, sqrt_up, sub_down, sum_up,
     up,
 )
-from specbound.certified.interval_forward import IntervalPass, prepare
+from specbound.certified.interval_forward import IntervalPass, prepare, rows_of
 from specbound.certified.interval_stages import (
     TINY, _keymax, _scores, _to_heads, attention_stage_radius, ff_stage_radius, swap_rotation,
 )
@@ -402,19 +402,6 @@ SUBSET_BELOW = 0.5
 (their records copied out of the tape); otherwise on the whole batch (a float choice of work, never a bound)."""
 
 
-def _take(obj, idx: np.ndarray, B: int):
-    """The samples ``idx`` of a layer record: every array of the tape is batch-first (the pass computes
-    each row of each sample independently), so a record of ``idx.size`` samples is the rows ``idx`` of
-    every array whose first axis has length ``B``; namespaces and tuples are walked, the rest kept."""
-    if isinstance(obj, np.ndarray):
-        return obj[idx] if obj.ndim and obj.shape[0] == B else obj
-    if isinstance(obj, SimpleNamespace):
-        return SimpleNamespace(**{k: _take(v, idx, B) for k, v in vars(obj).items()})
-    if isinstance(obj, tuple):
-        return tuple(_take(v, idx, B) for v in obj)
-    return obj
-
-
 def refine(net: IntervalNetwork, tape: list, f: np.ndarray, rad: np.ndarray, ok: np.ndarray,
            target: float | None = None, trace: dict | None = None) -> np.ndarray:
     """Radii ``<= rad`` (B, k) still enclosing ``f_c(X)`` around ``f`` (note step 1): per read-out row the
@@ -435,7 +422,7 @@ def refine(net: IntervalNetwork, tape: list, f: np.ndarray, rad: np.ndarray, ok:
     if trace is None and need.sum() < SUBSET_BELOW * B:
         idx = np.flatnonzero(need)
         out = rad.copy()
-        out[idx] = refine(net, [_take(st, idx, B) for st in tape], f[idx], rad[idx], ok[idx], target)
+        out[idx] = refine(net, [rows_of(st, idx, B) for st in tape], f[idx], rad[idx], ok[idx], target)
         return out
     out = rad.copy()
     for c in range(net.k):

@@ -14,7 +14,7 @@ overflowed (the sample is then not certified; the caller redoes it in Arb).  A p
 first-order (adjoint) bound of proofs_notes/interval_adjoint.md; this module does not import it.
 
 Public API: :class:`IntervalPass`, :func:`prepare`, :func:`interval_outputs`, :func:`outputs_of_rows`,
-:func:`outputs_of_tokens`, :func:`output_enclosures`.
+:func:`outputs_of_tokens`, :func:`output_enclosures`, :func:`rows_of`.
 """
 
 from __future__ import annotations
@@ -161,6 +161,23 @@ def interval_outputs(net: IntervalNetwork, x0: np.ndarray, delta0: np.ndarray, o
     return _readout(net, x[:, tau], delta[:, tau], nx[:, tau], ok, trace, tape)
 
 
+def _chunk_programs(net: IntervalNetwork, x0, ok, rows: slice, keep) -> tuple[np.ndarray, np.ndarray]:
+    """Every layer's programs on the samples ``rows`` of ``x0`` (their overflow checks land in ``ok[rows]``, a
+    view), handing each layer's record to ``keep(l, st, x, nx)`` with the layer's input rows and norms; returns
+    the read-out rows and their norms (step 13's inputs)."""
+    L = net.num_layers
+    x, okc = x0[rows], ok[rows]
+    nx = norm_up(x)
+    for l, lay in enumerate(net.layers):
+        _finite(okc, nx)
+        st = _layer_programs(net, lay, x, nx, l == L - 1, okc, True)
+        keep(l, st, x, nx)
+        x = st.pp2.y
+        nx = norm_up(x)
+    tau = x.shape[1] - 1 if (net.causal and L == 0) else 0
+    return x[:, tau], nx[:, tau]
+
+
 def _chunked_outputs(net: IntervalNetwork, x0, delta0, ok, chunk: int):
     """:func:`interval_outputs` with every layer's programs run ``chunk`` samples at a time (their arrays
     stay in cache) and the radius formulas once on the whole batch (numpy's per-call overhead on the
@@ -170,17 +187,9 @@ def _chunked_outputs(net: IntervalNetwork, x0, delta0, ok, chunk: int):
     parts: list[list] = [[] for _ in range(L)]
     xr, nr = [], []
     for a in range(0, B, chunk):
-        x, okc = x0[a:a + chunk], ok[a:a + chunk]  # a view: the programs' overflow checks land in ok
-        nx = norm_up(x)
-        for l, lay in enumerate(net.layers):
-            _finite(okc, nx)
-            st = _layer_programs(net, lay, x, nx, l == L - 1, okc, True)
-            parts[l].append(_small(st))
-            x = st.pp2.y
-            nx = norm_up(x)
-        tau = x.shape[1] - 1 if (net.causal and L == 0) else 0
-        xr.append(x[:, tau])
-        nr.append(nx[:, tau])
+        xa, na = _chunk_programs(net, x0, ok, slice(a, a + chunk), lambda l, st, x, nx: parts[l].append(_small(st)))
+        xr.append(xa)
+        nr.append(na)
     delta = delta0
     for l, lay in enumerate(net.layers):
         st = _join(parts[l])
@@ -301,18 +310,13 @@ def _chunk_tapes(net: IntervalNetwork, x0, delta0, ok, chunk: int):
     tapes = [(slice(a, min(a + chunk, B)), []) for a in range(0, B, chunk)]
     xr, nr, inputs = [], [], []
     for rows, tape in tapes:
-        x, okc = x0[rows], ok[rows]  # a view: the programs' overflow checks land in ok
-        nx = norm_up(x)
-        for l, lay in enumerate(net.layers):
-            _finite(okc, nx)
-            st = _layer_programs(net, lay, x, nx, l == L - 1, okc, True)
+        def keep(l, st, x, nx, tape=tape):
             tape.append(st)
             inputs.append((st, x, nx))  # set after the join (the formulas do not read the rows)
-            x = st.pp2.y
-            nx = norm_up(x)
-        tau = x.shape[1] - 1 if (net.causal and L == 0) else 0
-        xr.append(x[:, tau])
-        nr.append(nx[:, tau])
+
+        xa, na = _chunk_programs(net, x0, ok, rows, keep)
+        xr.append(xa)
+        nr.append(na)
     delta = delta0
     for l, lay in enumerate(net.layers):
         joined = _join([_small(tape[l]) for _, tape in tapes])
@@ -327,20 +331,20 @@ def _chunk_tapes(net: IntervalNetwork, x0, delta0, ok, chunk: int):
     fin: list = []
     f, rad, ok = _readout(net, np.concatenate(xr), delta[:, tau], np.concatenate(nr), ok, None, fin)
     for rows, tape in tapes:
-        tape.append(_rows_of(fin[0], rows, B))
+        tape.append(rows_of(fin[0], rows, B))
     return f, rad, ok, tapes
 
 
-def _rows_of(obj, rows: slice, B: int):
-    """The rows ``rows`` of every batch-first array in ``obj`` (first axis of length ``B``; namespaces and
-    tuples walked, anything else kept): every array of a record is batch-first, each sample computed on its
-    own rows."""
+def rows_of(obj, rows, B: int):
+    """The samples ``rows`` (a slice or indices) of a record: every array of the pass's records is batch-first
+    (each sample computed on its own rows), so they are the rows ``rows`` of every array whose first axis has
+    length ``B``; namespaces and tuples are walked, anything else kept."""
     if isinstance(obj, np.ndarray):
         return obj[rows] if obj.ndim and obj.shape[0] == B else obj
     if isinstance(obj, SimpleNamespace):
-        return SimpleNamespace(**{k: _rows_of(v, rows, B) for k, v in vars(obj).items()})
+        return SimpleNamespace(**{k: rows_of(v, rows, B) for k, v in vars(obj).items()})
     if isinstance(obj, tuple):
-        return tuple(_rows_of(v, rows, B) for v in obj)
+        return tuple(rows_of(v, rows, B) for v in obj)
     return obj
 
 
@@ -350,7 +354,7 @@ def _copy_new_fields(joined: SimpleNamespace, rec: SimpleNamespace, rows: slice,
     for name, value in vars(joined).items():
         mine = getattr(rec, name, None)
         if mine is None:
-            setattr(rec, name, _rows_of(value, rows, B))
+            setattr(rec, name, rows_of(value, rows, B))
         elif isinstance(value, SimpleNamespace) and isinstance(mine, SimpleNamespace):
             _copy_new_fields(value, mine, rows, B)
 
@@ -432,4 +436,5 @@ __all__ = (
     "outputs_of_rows",
     "outputs_of_tokens",
     "prepare",
+    "rows_of",
 )

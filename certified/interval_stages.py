@@ -210,8 +210,8 @@ def _causal_keep(T: int, Tq: int) -> np.ndarray:
 def _scores(qh: np.ndarray, kh: np.ndarray) -> np.ndarray:
     """``qh @ kh`` per head (B, H, Tq, d) x (B, H, d, T); at ``d = 1`` a compiled outer product (one product per
     entry, numpy's bits)."""
-    if kernels.AVAILABLE and qh.shape[-1] == 1 and qh.shape == qh.shape[:-2] + (qh.shape[-2], 1) \
-            and kh.shape[:-2] == qh.shape[:-2] and qh.size * kh.shape[-1] >= kernels.MIN_SIZE:
+    if (kernels.AVAILABLE and qh.shape[-1] == 1 and kh.shape[:-2] == qh.shape[:-2]
+            and qh.size * kh.shape[-1] >= kernels.MIN_SIZE):
         return kernels.outer(qh, kh)
     return qh @ kh
 

@@ -307,8 +307,34 @@ def _outer_py(a, b):
     return out
 
 
-_divide_rows = _numba.njit(cache=True, nogil=True)(_divide_rows_py) if AVAILABLE else None
-_outer = _numba.njit(cache=True, nogil=True)(_outer_py) if AVAILABLE else None
+def _njit(fn):
+    """``fn`` compiled (cached on disk: it reads nothing but its arguments and numpy), or None without numba."""
+    return _numba.njit(cache=True, nogil=True)(fn) if AVAILABLE else None
+
+
+_centred_times_rows = _njit(_centred_times_rows_py)
+_divide_rows = _njit(_divide_rows_py)
+_finite_rows = _njit(_finite_rows_py)
+_key_max = _njit(_key_max_py)
+_linear_radius = _njit(_linear_radius_py)
+_outer = _njit(_outer_py)
+_pi_remainder = _njit(_pi_remainder_py)
+_project_out_rows = _njit(_project_out_rows_py)
+_project_radius = _njit(_project_radius_py)
+_residual_radius = _njit(_residual_radius_py)
+_softmax_errors = _njit(_softmax_errors_py)
+
+
+def _flat(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float64).reshape(-1)
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float64).reshape(-1, a.shape[-1])
+
+
+def _per_row(d, shape) -> np.ndarray:
+    return np.ascontiguousarray(np.broadcast_to(d, shape[:-1]), dtype=np.float64).reshape(-1)
 
 
 def outer(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -320,7 +346,6 @@ def outer(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = _outer(np.ascontiguousarray(a, dtype=np.float64).reshape(-1, T),
                  np.ascontiguousarray(b, dtype=np.float64).reshape(-1, S))
     return out.reshape(*stack, T, S)
-_key_max = _numba.njit(cache=True, nogil=True)(_key_max_py) if AVAILABLE else None
 
 
 def key_max(a: np.ndarray, prefix: bool) -> np.ndarray:
@@ -331,7 +356,6 @@ def key_max(a: np.ndarray, prefix: bool) -> np.ndarray:
     B, T = a.shape[:2]
     flat = np.ascontiguousarray(a, dtype=np.float64).reshape(B, T, -1)
     return _key_max(flat, bool(prefix)).reshape((B, T if prefix else 1) + a.shape[2:])
-_pi_remainder = _numba.njit(cache=True, nogil=True)(_pi_remainder_py) if AVAILABLE else None
 
 
 def pi_remainder(nu, nu_lo, nu_hi, D, seg, pre0, c_pi: float, inv_sqrt3: float, sqrt2: float, ulp: float, up: float,
@@ -342,7 +366,6 @@ def pi_remainder(nu, nu_lo, nu_hi, D, seg, pre0, c_pi: float, inv_sqrt3: float, 
     shape = np.shape(D)
     args = (_flat(nu), _flat(nu_lo), _flat(nu_hi), _flat(D), _flat(seg), _flat(pre0))
     return _pi_remainder(*args, *map(float, (c_pi, inv_sqrt3, sqrt2, ulp, up, eta))).reshape(shape)
-_softmax_errors = _numba.njit(cache=True, nogil=True)(_softmax_errors_py) if AVAILABLE else None
 
 
 def softmax_errors(S, two_u: float, exp_up: float, eta_exp: float, g_T: float, T_alpha: float, u: float,
@@ -354,12 +377,6 @@ def softmax_errors(S, two_u: float, exp_up: float, eta_exp: float, g_T: float, T
     eta_p, lam, bad = _softmax_errors(np.ascontiguousarray(S, dtype=np.float64).reshape(-1), *map(float, (
         two_u, exp_up, eta_exp, g_T, T_alpha, u, one_minus_u, ulp, up, eta)))
     return eta_p.reshape(shape), lam.reshape(shape), bad.reshape(shape)
-_project_radius = _numba.njit(cache=True, nogil=True)(_project_radius_py) if AVAILABLE else None
-_residual_radius = _numba.njit(cache=True, nogil=True)(_residual_radius_py) if AVAILABLE else None
-
-
-def _flat(a) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.float64).reshape(-1)
 
 
 def project_radius(eps, nu_lo, nu_hi, e_pi: float, tiny: float, ulp: float, up: float, eta: float) -> np.ndarray:
@@ -377,7 +394,6 @@ def residual_radius(eps_a, delta, ns, u1: float, up: float, eta: float) -> np.nd
     order as ``interval_stages._residual_radius``.  Needs :data:`AVAILABLE`."""
     shape = np.shape(eps_a)
     return _residual_radius(_flat(eps_a), _flat(delta), _flat(ns), float(u1), float(up), float(eta)).reshape(shape)
-_linear_radius = _numba.njit(cache=True, nogil=True)(_linear_radius_py) if AVAILABLE else None
 
 
 def linear_radius(delta: np.ndarray, norms: np.ndarray, sig: np.ndarray, rnd: np.ndarray, tiny: float, up: float,
@@ -390,23 +406,12 @@ def linear_radius(delta: np.ndarray, norms: np.ndarray, sig: np.ndarray, rnd: np
     flat_n = np.ascontiguousarray(norms, dtype=np.float64).reshape(-1)
     out = _linear_radius(flat_d, flat_n, sig, rnd, float(tiny), float(up), float(eta))
     return out.reshape(*np.shape(delta), sig.shape[0])
-_finite_rows = _numba.njit(cache=True, nogil=True)(_finite_rows_py) if AVAILABLE else None
 
 
 def and_finite_rows(ok: np.ndarray, a: np.ndarray) -> None:
     """``ok[b] &= every entry of a[b] finite`` in place (``a`` batch-first; the same booleans as numpy's
     ``isfinite(...).all(axis=1)``, without its temporaries).  Needs :data:`AVAILABLE`."""
     _finite_rows(np.ascontiguousarray(a, dtype=np.float64).reshape(a.shape[0], -1), ok)
-_project_out_rows = _numba.njit(cache=True, nogil=True)(_project_out_rows_py) if AVAILABLE else None
-_centred_times_rows = _numba.njit(cache=True, nogil=True)(_centred_times_rows_py) if AVAILABLE else None
-
-
-def _rows(a: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(a, dtype=np.float64).reshape(-1, a.shape[-1])
-
-
-def _per_row(d, shape) -> np.ndarray:
-    return np.ascontiguousarray(np.broadcast_to(d, shape[:-1]), dtype=np.float64).reshape(-1)
 
 
 def project_out_rows(g: np.ndarray, y: np.ndarray, c: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -426,10 +431,7 @@ def divide_rows(a: np.ndarray, d: np.ndarray) -> np.ndarray:
     """``fl(a / d[..., None])``: each row of ``a`` (..., n) divided by its entry of ``d`` (...), one correctly
     rounded division per entry, the same bits as numpy's broadcast division (without its per-row inner-loop
     setup, which dominates at short rows).  Needs :data:`AVAILABLE`."""
-    n = a.shape[-1]
-    rows = np.ascontiguousarray(a, dtype=np.float64).reshape(-1, n)
-    div = np.ascontiguousarray(np.broadcast_to(d, a.shape[:-1]), dtype=np.float64).reshape(-1)
-    return _divide_rows(rows, div).reshape(a.shape)
+    return _divide_rows(_rows(a), _per_row(d, a.shape)).reshape(a.shape)
 
 
 _COMPILED: dict = {}
@@ -469,5 +471,8 @@ def sigmoid_loop(y: np.ndarray, coeffs: np.ndarray, clamp: float, inv_ln2: float
     return _loops(coeffs, clamp, inv_ln2, ln2_hi, ln2_lo)[1](flat).reshape(np.shape(y))
 
 
-__all__ = ("AVAILABLE", "MIN_SIZE", "and_finite_rows", "centred_times_rows", "divide_rows", "exp_nonpositive_loop", "key_max", "linear_radius", "numba_module", "outer", "pi_remainder", "project_out_rows", "project_radius", "residual_radius", "softmax_errors", "sigmoid_loop",
-           "softmax_loop")
+__all__ = (
+    "AVAILABLE", "MIN_SIZE", "and_finite_rows", "centred_times_rows", "divide_rows", "exp_nonpositive_loop", "key_max",
+    "linear_radius", "numba_module", "outer", "pi_remainder", "project_out_rows", "project_radius", "residual_radius",
+    "sigmoid_loop", "softmax_errors", "softmax_loop",
+)

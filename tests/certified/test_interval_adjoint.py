@@ -124,7 +124,7 @@ def test_only_the_samples_missing_the_goal_are_refined_the_few_on_their_own(monk
     miss = rel > goal
     assert miss.sum() == 4
     taken = []
-    monkeypatch.setattr(ia, "_take", lambda obj, idx, B, _t=ia._take: taken.append(idx.size) or _t(obj, idx, B))
+    monkeypatch.setattr(ia, "rows_of", lambda obj, idx, B, _t=ia.rows_of: taken.append(idx.size) or _t(obj, idx, B))
     f, r, _ = refined_pass(w, goal).rows(X)
     assert taken and set(taken) == {4}
     assert np.array_equal(f, f0) and np.array_equal(r[~miss], r0[~miss])
